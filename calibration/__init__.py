@@ -1,0 +1,1 @@
+"""Profiles -> fitted cost tables; validation against measurements."""

@@ -1,0 +1,1 @@
+"""PyTorch kernel profiling for servesim cost models (needs torch, numpy, pyyaml only)."""

@@ -1,0 +1,18 @@
+"""Errors a user can cause. The CLI prints their message and exits non-zero, never a traceback."""
+from __future__ import annotations
+
+
+class ServesimError(Exception):
+    """Base class: bad input or an impossible setup, explained in one message."""
+
+
+class ConfigError(ServesimError):
+    """A config key or value is wrong; the message names its dotted path."""
+
+
+class TraceError(ServesimError):
+    """A trace file is malformed; the message names the file and the 1-based physical line."""
+
+
+class CapacityError(ServesimError):
+    """The model does not fit in GPU memory; the message names the numbers."""

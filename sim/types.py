@@ -1,0 +1,99 @@
+"""The values that flow between the simulator's stages (DESIGN.md section 3).
+
+Every stage takes and returns these plain values, so each stage can be unit-tested without
+an event loop. They are deliberately small, immutable where they cross a stage boundary, and
+use ``slots`` because millions of them are created in a long run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """One request as the workload describes it (immutable).
+
+    ``output_tokens`` is ground truth: the number of tokens the request really generates.
+    Policies must not read it except through a configured predictor or an explicit oracle.
+    ``max_output_tokens`` is the client's limit (what reservation-based policies reserve); when
+    ``None`` it means "the model's context minus the prompt".
+    ``block_hashes`` are prefix-block hashes in units of the trace's own block size
+    (``hash_block_tokens``), mapped onto KV blocks by the KV manager.
+    """
+
+    id: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    max_output_tokens: int | None = None
+    block_hashes: tuple[int, ...] | None = None
+    hash_block_tokens: int = 512
+    session_id: str | None = None
+    priority: int = 0
+    slo_class: str | None = None
+    tenant: str | None = None
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One scheduling decision: ``{request_id: num_new_tokens}`` plus memory movements.
+
+    There is no prefill or decode phase: a request's computed-token count catches up with its
+    prompt + generated tokens, and policies differ only in how they fill ``num_new_tokens``.
+    ``preempted`` lists requests that lost their KV this step (recompute or swap-out),
+    ``swapped_in`` / ``swapped_out`` the requests whose blocks move over the host link.
+    """
+
+    num_new_tokens: dict[int, int] = field(default_factory=dict)
+    preempted: list[int] = field(default_factory=list)
+    swapped_in: list[int] = field(default_factory=list)
+    swapped_out: list[int] = field(default_factory=list)
+    blocks_swapped_in: int = 0
+    blocks_swapped_out: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not self.num_new_tokens and not self.blocks_swapped_in and not self.blocks_swapped_out
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.num_new_tokens.values())
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """All the cost model may know about a step: per sequence, the new tokens it computes and
+    the tokens already in its KV cache before the step; blocks moved over the host link; the
+    replica's parallelism. Never requests, schedulers or policy names."""
+
+    new_tokens: tuple[int, ...]
+    context_lens: tuple[int, ...]
+    blocks_swapped_in: int = 0
+    blocks_swapped_out: int = 0
+    tp: int = 1
+    pp: int = 1
+
+
+COMPONENTS = ("gemm", "attn_prefill", "attn_decode", "comm", "other_gpu", "cpu", "swap")
+"""Step-time components, in report order. ``other_gpu`` covers norms, activations, rotary,
+embedding, LM head and sampling."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """Seconds one step takes, with a breakdown by component (sums to ``total``).
+
+    ``source`` names what priced it (``roofline`` or ``profiled``); ``out_of_range`` counts the
+    operator queries of this step that fell outside the calibrated grid.
+    """
+
+    total: float
+    gemm: float = 0.0
+    attn_prefill: float = 0.0
+    attn_decode: float = 0.0
+    comm: float = 0.0
+    other_gpu: float = 0.0
+    cpu: float = 0.0
+    swap: float = 0.0
+    source: str = "roofline"
+    out_of_range: int = 0
