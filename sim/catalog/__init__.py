@@ -154,6 +154,18 @@ def _build(cls, raw: dict, path: Path):
 
 
 @lru_cache(maxsize=None)
+def _card_from_path(kind: str, path: str):
+    cls = ModelCard if kind == "models" else HardwareCard
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as e:
+        raise CatalogError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{path}: a card is a mapping of fields")
+    return _build(cls, raw, Path(path))
+
+
+@lru_cache(maxsize=None)
 def _load_all(kind: str) -> dict[str, ModelCard | HardwareCard]:
     cls = ModelCard if kind == "models" else HardwareCard
     cards = {}
@@ -166,6 +178,11 @@ def _load_all(kind: str) -> dict[str, ModelCard | HardwareCard]:
 def _lookup(kind: str, key: str | ModelCard | HardwareCard):
     if not isinstance(key, str):
         return key
+    if key.endswith((".yaml", ".yml")):  # a user's own card, by path
+        path = Path(key)
+        if not path.is_file():
+            raise CatalogError(f"card file {key} does not exist")
+        return _card_from_path(kind, str(path.resolve()))
     cards = _load_all(kind)
     names = {}
     for card in cards.values():
@@ -189,6 +206,18 @@ def get_model(key: str | ModelCard) -> ModelCard:
 def get_hardware(key: str | HardwareCard) -> HardwareCard:
     """Hardware card by id or alias (case-insensitive); unknown ids list the close matches."""
     return _lookup("hardware", key)
+
+
+def load_model_card(path: str | Path) -> ModelCard:
+    """A model card from a YAML file outside the catalog (same fields as ``models/*.yaml``)."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise CatalogError(f"cannot read model card {path}: {e.strerror}") from None
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{path.name}: a model card is a YAML mapping")
+    return _build(ModelCard, raw, path)
 
 
 def list_models() -> list[ModelCard]:

@@ -1,4 +1,7 @@
-"""Typed workload section of the config (``workload:`` in YAML)."""
+"""Typed workload section of the config (``workload:`` in YAML). Pure data: no I/O here.
+
+Every option is described in docs/workloads.md, with a YAML example per feature.
+"""
 from __future__ import annotations
 
 from typing import Literal
@@ -15,7 +18,8 @@ class LengthDist(_Strict):
 
     ``fixed``: always ``value``. ``uniform``: integers in [``min``, ``max``]. ``lognormal``:
     median ``median`` and log-space sigma ``sigma``, clipped to [``min``, ``max``].
-    ``trace``: lengths resampled (with replacement) from a trace file's column.
+    ``trace``: lengths resampled (with replacement) from a trace file's column (the prompt
+    column for ``prompt``, the output column for ``output``).
     """
 
     kind: Literal["fixed", "uniform", "lognormal", "trace"] = "lognormal"
@@ -43,9 +47,75 @@ class LengthDist(_Strict):
 CONV_PROMPT = LengthDist(kind="lognormal", median=1020, sigma=0.4986, min=1, max=8192)
 CONV_OUTPUT = LengthDist(kind="lognormal", median=129, sigma=0.9919, min=1, max=2048)
 
+Arrival = Literal["poisson", "gamma", "diurnal", "burst"]
+
+
+class DiurnalConfig(_Strict):
+    """Sinusoidal rate: rate(t) = rate * (1 + amplitude * sin(2 pi (t + phase_s) / period_s)).
+    The mean over a period is ``rate``; arrivals are drawn by thinning a Poisson process."""
+
+    period_s: float = Field(default=86400.0, gt=0)
+    amplitude: float = Field(default=0.5, ge=0, le=1)
+    phase_s: float = 0.0
+
+
+class BurstConfig(_Strict):
+    """Two-state Markov-modulated Poisson process: Poisson at the workload's ``rate`` in the
+    base state, at ``rate`` here in the burst state; each state lasts an exponential time with
+    the given mean. Starts in the base state."""
+
+    rate: float = Field(gt=0, description="requests per second during a burst")
+    mean_base_s: float = Field(default=60.0, gt=0)
+    mean_burst_s: float = Field(default=10.0, gt=0)
+
+
+class SessionConfig(_Strict):
+    """Multi-turn sessions: each arrival of the process starts a session of ``turns`` turns.
+    A later turn arrives an exponential think time (mean ``think_time_s``) after the previous
+    turn's arrival (open loop) and its prompt holds the whole history plus a new user message."""
+
+    turns: LengthDist = LengthDist(kind="uniform", min=1, max=5)
+    think_time_s: float = Field(default=10.0, ge=0)
+
+
+class SystemPromptConfig(_Strict):
+    """``count`` distinct system prompts of ``tokens`` tokens; each request starts with one,
+    picked uniformly or by a Zipf law of exponent ``zipf_s`` (prompt 0 most popular)."""
+
+    count: int = Field(default=8, ge=1)
+    tokens: int = Field(default=512, ge=1)
+    popularity: Literal["uniform", "zipf"] = "uniform"
+    zipf_s: float = Field(default=1.0, gt=0)
+
+
+class TenantConfig(_Strict):
+    """One tenant of a multi-tenant mix: its own arrival process, lengths and service class.
+    ``prompt`` / ``output`` default to the workload's."""
+
+    name: str
+    rate: float = Field(gt=0)
+    arrival: Arrival = "poisson"
+    cv: float = Field(default=1.0, gt=0)
+    diurnal: DiurnalConfig | None = None
+    burst: BurstConfig | None = None
+    prompt: LengthDist | None = None
+    output: LengthDist | None = None
+    slo_class: str | None = None
+    priority: int = 0
+
+    @model_validator(mode="after")
+    def _check(self):
+        _check_arrival(self)
+        return self
+
 
 class TraceConfig(_Strict):
-    """Replay of a timestamped trace. ``format: auto`` detects it from the columns."""
+    """Replay of a trace file. ``format: auto`` detects it from the header or the keys.
+
+    Applied in this order while streaming: format filters (BurstGPT model / log type, failed
+    rows) -> time window -> sampling -> ``num_requests`` cap -> time scaling (``rate_scale``
+    or ``rate``). See docs/workloads.md.
+    """
 
     path: str
     format: Literal["auto", "azure", "generic", "mooncake", "burstgpt", "sharegpt"] = "auto"
@@ -54,16 +124,58 @@ class TraceConfig(_Strict):
     window_start_s: float | None = Field(default=None, ge=0)
     window_end_s: float | None = Field(default=None, gt=0)
     skip_bad: bool = False
+    num_requests: int | None = Field(default=None, ge=1, description="keep the first N requests")
+    sample_fraction: float | None = Field(default=None, gt=0, le=1)
+    model_filter: list[str] | None = Field(default=None, description="BurstGPT: keep these Model values")
+    log_type_filter: list[str] | None = Field(default=None, description="BurstGPT: keep these Log Type values")
+    reorder_window_s: float = Field(default=1.0, ge=0, description="tolerated timestamp disorder")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.rate is not None and self.rate_scale != 1.0:
+            raise ValueError("set rate or rate_scale, not both")
+        if self.window_start_s is not None and self.window_end_s is not None and self.window_end_s <= self.window_start_s:
+            raise ValueError(f"window_end_s ({self.window_end_s}) must be after window_start_s ({self.window_start_s})")
+        return self
 
 
 class WorkloadConfig(_Strict):
-    """Synthetic arrivals and lengths, or a trace replay when ``trace`` is set."""
+    """Synthetic arrivals and lengths, or a trace replay when ``trace`` is set.
 
-    arrival: Literal["poisson", "gamma"] = "poisson"
+    ``rate`` is the arrival process's rate: requests per second, or sessions started per
+    second when ``sessions`` is set (and for ShareGPT conversations). ``num_requests`` and
+    ``duration_s`` bound a synthetic stream; a trace uses ``trace.num_requests``.
+    """
+
+    arrival: Arrival = "poisson"
     rate: float = Field(default=4.0, gt=0, description="mean requests per second")
     cv: float = Field(default=1.0, gt=0, description="inter-arrival coefficient of variation (gamma)")
     num_requests: int | None = Field(default=2000, ge=1)
+    duration_s: float | None = Field(default=None, gt=0, description="stop synthetic arrivals after this time")
     prompt: LengthDist = CONV_PROMPT
     output: LengthDist = CONV_OUTPUT
+    diurnal: DiurnalConfig | None = None
+    burst: BurstConfig | None = None
+    tenants: list[TenantConfig] | None = None
+    sessions: SessionConfig | None = None
+    system_prompts: SystemPromptConfig | None = None
     trace: TraceConfig | None = None
     clip_to_context: bool = False
+
+    @model_validator(mode="after")
+    def _check(self):
+        _check_arrival(self)
+        if self.trace is None and self.num_requests is None and self.duration_s is None:
+            raise ValueError("a synthetic workload needs num_requests or duration_s")
+        if self.tenants is not None:
+            if not self.tenants:
+                raise ValueError("tenants is empty")
+            names = [t.name for t in self.tenants]
+            if len(set(names)) != len(names):
+                raise ValueError(f"tenant names repeat: {names}")
+        return self
+
+
+def _check_arrival(c) -> None:
+    if c.arrival == "burst" and c.burst is None:
+        raise ValueError("arrival: burst needs a burst section (rate, mean_base_s, mean_burst_s)")

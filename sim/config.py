@@ -1,0 +1,258 @@
+"""The typed, validated simulation config (DESIGN.md section 9).
+
+Sections: ``model``, ``hardware``, ``dtype``, ``parallelism``, ``cluster``, ``scheduler``, ``kv``,
+``workload``, ``slo``, ``cost``, ``output``, ``seed``. Every section rejects unknown keys, naming
+the dotted path and the closest valid key. ``--set a.b=c`` addresses the same keys. Loading
+does no I/O beyond reading the YAML file it is given.
+"""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sim.errors import ConfigError
+from sim.workload.config import WorkloadConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Parallelism(_Strict):
+    tp: int = Field(default=1, ge=1, le=64, description="tensor-parallel degree (GPUs per stage)")
+    pp: int = Field(default=1, ge=1, le=64, description="pipeline stages")
+
+
+class Cluster(_Strict):
+    replicas: int = Field(default=1, ge=1, description="identical model replicas")
+    router: str = "round_robin"
+
+    @model_validator(mode="after")
+    def _router(self):
+        from sim.cluster import ROUTERS
+
+        if self.router not in ROUTERS:
+            raise ValueError(_unknown("router", self.router, ROUTERS))
+        return self
+
+
+class SchedulerSection(BaseModel):
+    """``name`` plus that policy's knobs (checked against the policy's own ``Knobs``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str = "vllm"
+
+    @model_validator(mode="after")
+    def _knobs(self):
+        self.knobs()
+        return self
+
+    def knobs(self):
+        from sim.scheduler import REGISTRY
+
+        if self.name not in REGISTRY:
+            raise ValueError(_unknown("scheduler", self.name, REGISTRY))
+        return REGISTRY[self.name].Knobs(**(self.model_extra or {}))
+
+
+class KV(_Strict):
+    block_size: int = Field(default=16, ge=1, le=1024, description="tokens per KV block")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    num_gpu_blocks: int | None = Field(default=None, ge=1, description="override: blocks a real engine reported")
+    runtime_overhead_gib: float = Field(default=1.0, ge=0, description="CUDA context, NCCL, graphs (per GPU)")
+    watermark: float = Field(default=0.01, ge=0, lt=1, description="fraction of blocks kept free at admission")
+    dtype: Literal["bf16", "fp16", "fp8"] | None = Field(default=None, description="KV-cache dtype; default = weights dtype")
+    preemption: Literal["recompute", "swap"] = "recompute"
+    swap_space_gib: float = Field(default=4.0, ge=0, description="host memory for swapped blocks, per GPU (vLLM default 4)")
+    prefix_caching: bool = False
+    eviction: Literal["lru", "lfu", "fifo"] = "lru"
+
+
+class SLOClass(_Strict):
+    ttft_s: float = Field(default=2.0, gt=0)
+    tpot_s: float = Field(default=0.2, gt=0)
+
+
+class SLO(_Strict):
+    """A request meets its SLO when TTFT <= ttft_s and TPOT <= tpot_s. Defaults: the MLPerf
+    Inference Llama-2-70B server-scenario limits (2 s TTFT, 200 ms TPOT)."""
+
+    ttft_s: float = Field(default=2.0, gt=0)
+    tpot_s: float = Field(default=0.2, gt=0)
+    classes: dict[str, SLOClass] = Field(default_factory=dict)
+
+
+class Roofline(_Strict):
+    gemm_eff: float = Field(default=0.70, gt=0, le=1)
+    attn_eff: float = Field(default=0.55, gt=0, le=1)
+    mem_eff: float = Field(default=0.85, gt=0, le=1)
+    kernel_floor_s: float = Field(default=3e-6, ge=0)
+    allreduce_latency_s: float = Field(default=8e-6, ge=0)
+    cpu_step_s: float = Field(default=3e-4, ge=0)
+    cpu_per_seq_s: float = Field(default=5e-6, ge=0)
+
+
+class Cost(_Strict):
+    usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="override the card's dated price")
+    model: Literal["auto", "roofline", "profiled"] = Field(
+        default="auto", description="auto: profiled when a profile exists for (hardware, model, dtype), else roofline")
+    profiles_dir: str | None = Field(default=None, description="fitted profiles folder (default: the shipped ones)")
+    roofline: Roofline = Roofline()
+
+
+class Output(_Strict):
+    plots: bool = True
+    progress: bool = True
+
+
+class Config(_Strict):
+    model: str = "llama-3.1-8b"
+    hardware: str = "h100-sxm"
+    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    parallelism: Parallelism = Parallelism()
+    cluster: Cluster = Cluster()
+    scheduler: SchedulerSection = SchedulerSection()
+    kv: KV = KV()
+    workload: WorkloadConfig = WorkloadConfig()
+    slo: SLO = SLO()
+    cost: Cost = Cost()
+    output: Output = Output()
+    seed: int = Field(default=0, ge=0)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v):
+        from sim.catalog import CatalogError, get_model
+
+        try:
+            get_model(v)
+        except CatalogError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("hardware")
+    @classmethod
+    def _hardware(cls, v):
+        from sim.catalog import CatalogError, get_hardware
+
+        try:
+            get_hardware(v)
+        except CatalogError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def _unknown(kind: str, name: str, known) -> str:
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.4)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return f"unknown {kind} {name!r}{hint} (known: {', '.join(sorted(known))})"
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def _valid_keys(model_cls, path: tuple) -> list[str]:
+    cls = model_cls
+    for p in path:
+        f = cls.model_fields.get(p)
+        if f is None:
+            return []
+        ann = f.annotation
+        cls = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if cls is None:
+            return []
+    return list(cls.model_fields)
+
+
+def _format_error(err: ValidationError, data: dict) -> str:
+    lines = []
+    for e in err.errors():
+        loc = tuple(str(x) for x in e["loc"])
+        path = ".".join(loc) or "config"
+        if e["type"] == "extra_forbidden":
+            known = _valid_keys(Config, loc[:-1])
+            if loc[:1] == ("scheduler",) and len(loc) == 2:
+                try:
+                    from sim.scheduler import REGISTRY
+                    known = list(REGISTRY[data.get("scheduler", {}).get("name", "vllm")].Knobs.model_fields) + ["name"]
+                except Exception:
+                    known = []
+            close = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.5)
+            hint = f"; did you mean {'.'.join(loc[:-1] + (close[0],))}?" if close else ""
+            lines.append(f"unknown config key {path}{hint}")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"{path}: {msg}")
+    return "invalid config: " + "; ".join(lines)
+
+
+def _coerce(value: str) -> Any:
+    """A --set value: YAML scalar syntax (numbers, true/false, null, lists)."""
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``a.b.c=value`` strings to a nested dict (a new dict is returned)."""
+    import copy
+
+    data = copy.deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        parts = key.strip().split(".")
+        node = data
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = node[p] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"--set {key}: {'.'.join(parts[:parts.index(p) + 1])} is not a section")
+            node = nxt
+        node[parts[-1]] = _coerce(value)
+    return data
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return data
+
+
+def build_config(data: dict | None = None, overrides: list[str] | None = None) -> Config:
+    """Validate a config dict (plus ``--set`` overrides); errors name the dotted key path."""
+    data = apply_overrides(data or {}, overrides or [])
+    try:
+        return Config(**data)
+    except ValidationError as e:
+        raise ConfigError(_format_error(e, data)) from None
+
+
+def load_config(source: str | Path | dict | Config | None = None, overrides: list[str] | None = None) -> Config:
+    """A Config from a YAML path, a dict, a Config, or None (the embedded default)."""
+    if isinstance(source, Config):
+        return build_config(source.to_dict(), overrides) if overrides else source
+    if source is None:
+        data = {}
+    elif isinstance(source, dict):
+        data = source
+    else:
+        data = read_yaml(source)
+    return build_config(data, overrides)

@@ -1,0 +1,90 @@
+"""Paged KV-cache memory: a pool of fixed-size blocks and each request's block table.
+
+The scheduler calls it; it never calls back and reads no globals. Allocation is all-or-nothing
+and answers with a bool (never a sentinel id). Block ids are handed out lowest-first from a
+free list, so tests can assert exact ids.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+
+class BlockPool:
+    """Fixed-size blocks ``0 .. num_blocks-1``; freed blocks go to the back of the free list."""
+
+    def __init__(self, num_blocks: int):
+        if num_blocks <= 0:
+            raise ValueError("a block pool needs at least one block")
+        self.num_blocks = num_blocks
+        self._free: deque[int] = deque(range(num_blocks))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def take(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise RuntimeError(f"asked for {n} blocks with {len(self._free)} free")
+        return [self._free.popleft() for _ in range(n)]
+
+    def give(self, blocks: list[int]) -> None:
+        self._free.extend(blocks)
+
+
+class KVManager:
+    """Block tables per request over one replica's pool.
+
+    ``watermark`` (a fraction of the pool, vLLM's default 0.01) is kept free when admitting new
+    requests so running ones can still grow.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01):
+        self.pool = BlockPool(num_blocks)
+        self.block_size = block_size
+        self.watermark_blocks = int(watermark * num_blocks)
+        self.tables: dict[int, list[int]] = {}
+
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    @property
+    def num_used(self) -> int:
+        return self.pool.num_used
+
+    @property
+    def num_free(self) -> int:
+        return self.pool.num_free
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def extra_blocks(self, req_id: int, total_tokens: int) -> int:
+        """Blocks ``req_id`` still needs so its table covers ``total_tokens`` tokens."""
+        have = len(self.tables.get(req_id, ()))
+        return max(0, self.blocks_for(total_tokens) - have)
+
+    def can_allocate(self, n_blocks: int, *, admit: bool = False) -> bool:
+        reserve = self.watermark_blocks if admit else 0
+        return self.pool.num_free - n_blocks >= reserve
+
+    def allocate(self, req_id: int, total_tokens: int, *, admit: bool = False) -> bool:
+        """Grow ``req_id``'s table to cover ``total_tokens``; False (and no change) if it can't."""
+        n = self.extra_blocks(req_id, total_tokens)
+        if n == 0:
+            self.tables.setdefault(req_id, [])
+            return True
+        if not self.can_allocate(n, admit=admit):
+            return False
+        self.tables.setdefault(req_id, []).extend(self.pool.take(n))
+        return True
+
+    def free(self, req_id: int) -> int:
+        """Return ``req_id``'s blocks to the pool; the number freed."""
+        blocks = self.tables.pop(req_id, [])
+        self.pool.give(blocks)
+        return len(blocks)

@@ -1,0 +1,68 @@
+"""A request's mutable serving state.
+
+Policies read it; only the engine's named functions change it (DESIGN.md section 2). Token
+accounting follows the vLLM v1 rule: a request's ``num_tokens`` is its prompt plus the tokens it
+has generated; each step computes some of the not-yet-computed ones; when ``num_computed``
+catches up with ``num_tokens`` the step samples one new output token.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+from sim.types import RequestSpec
+
+
+class Status(str, Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    SWAPPED = "swapped"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+
+class Request:
+    __slots__ = (
+        "spec", "id", "num_computed", "num_generated", "status", "replica", "first_scheduled_s",
+        "first_token_s", "last_token_s", "finish_s", "preemptions", "reject_reason", "cached_tokens",
+        "max_itl_s", "sum_itl_s",
+    )
+
+    def __init__(self, spec: RequestSpec):
+        self.spec = spec
+        self.id = spec.id
+        self.num_computed = 0
+        self.num_generated = 0
+        self.status = Status.WAITING
+        self.replica = -1
+        self.first_scheduled_s: float | None = None
+        self.first_token_s: float | None = None
+        self.last_token_s: float | None = None
+        self.finish_s: float | None = None
+        self.preemptions = 0
+        self.reject_reason: str | None = None
+        self.cached_tokens = 0  # prompt tokens served from the prefix cache (first admission)
+        self.max_itl_s = 0.0
+        self.sum_itl_s = 0.0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.spec.prompt_tokens
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens whose KV the request needs before it can sample its next token."""
+        return self.spec.prompt_tokens + self.num_generated
+
+    @property
+    def remaining(self) -> int:
+        """Tokens still to compute before the next sample (1 for a running decode)."""
+        return self.num_tokens - self.num_computed
+
+    @property
+    def max_total_tokens(self) -> int:
+        """Prompt plus the client's output limit (what reservation-based policies reserve)."""
+        mo = self.spec.max_output_tokens
+        return self.spec.prompt_tokens + (mo if mo is not None else self.spec.output_tokens)
+
+    def __repr__(self) -> str:
+        return f"Request(id={self.id}, computed={self.num_computed}/{self.num_tokens}, gen={self.num_generated}, {self.status.value})"
