@@ -24,7 +24,7 @@ class Request:
     __slots__ = (
         "spec", "id", "num_computed", "num_generated", "status", "replica", "first_scheduled_s",
         "first_token_s", "last_token_s", "finish_s", "preemptions", "reject_reason", "cached_tokens",
-        "max_itl_s", "sum_itl_s",
+        "max_itl_s",
     )
 
     def __init__(self, spec: RequestSpec):
@@ -42,7 +42,6 @@ class Request:
         self.reject_reason: str | None = None
         self.cached_tokens = 0  # prompt tokens served from the prefix cache (first admission)
         self.max_itl_s = 0.0
-        self.sum_itl_s = 0.0
 
     @property
     def prompt_tokens(self) -> int:

@@ -1,0 +1,28 @@
+"""``servesim catalog``: the model and hardware cards."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("catalog", help="list model and hardware cards")
+    p.add_argument("kind", nargs="?", choices=["models", "hardware"], help="only this kind")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from sim.catalog import list_hardware, list_models
+
+    if args.kind in (None, "models"):
+        print(f"{'model':<15}{'params':>9}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'context':>9}  {'KV/token bf16':>14}  notes")
+        for m in list_models():
+            notes = f"MoE {m.num_experts}x top-{m.experts_top_k}" if m.is_moe else ""
+            print(f"{m.id:<15}{m.params_b:>8.2f}B{m.num_layers:>8}{m.hidden_size:>8}{m.num_attention_heads:>7}"
+                  f"{m.num_kv_heads:>5}{m.max_context:>9}  {m.kv_bytes_per_token() / 1024:>11.0f} KiB  {notes}")
+        print()
+    if args.kind in (None, "hardware"):
+        print(f"{'hardware':<11}{'memory':>9}{'HBM TB/s':>10}{'bf16 TF':>9}{'fp8 TF':>8}{'link GB/s':>11}{'TDP W':>7}  $/GPU-h (source)")
+        for h in list_hardware():
+            price = f"{h.price.usd_per_gpu_hour:.3f} ({h.price.provider}, {h.price.date})" if h.price else "none listed: set cost.usd_per_gpu_hour"
+            fp8 = f"{h.fp8_tflops:g}" if h.fp8_tflops else "-"
+            link = f"{h.interconnect_gbps_bidir:g}" if h.interconnect_gbps_bidir else "PCIe"
+            print(f"{h.id:<11}{h.memory_gib:>6g} GiB{h.mem_bw_tbps:>10g}{h.bf16_tflops:>9g}{fp8:>8}{link:>11}{h.tdp_w:>7g}  {price}")
+    return 0

@@ -1,0 +1,31 @@
+"""The short summary table printed after a run."""
+from __future__ import annotations
+
+
+def _ms(d: dict, k: str) -> str:
+    v = d.get(k)
+    return "-" if v is None else f"{v * 1e3:,.1f}"
+
+
+def print_summary(s: dict, cfg) -> None:
+    r = s["requests"]
+    print(f"\n{cfg.model} | {cfg.cluster.replicas} x {cfg.parallelism.tp * cfg.parallelism.pp} {cfg.hardware} "
+          f"(tp={cfg.parallelism.tp}, pp={cfg.parallelism.pp}) | scheduler {cfg.scheduler.name} | "
+          f"cost model {s['sim']['cost_model']}")
+    print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected, "
+          f"{r['preemptions']:,} preemptions")
+    print(f"{'metric (ms)':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
+    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"), ("queue_s", "queue")):
+        d = s[key]
+        print(f"{name:<12}" + "".join(f"{_ms(d, k):>10}" for k in ("mean", "p50", "p90", "p99")))
+    t, g, c = s["throughput"], s["goodput"], s["cost"]
+    print(f"throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.0f} output tok/s | "
+          f"goodput {g['requests_per_s']:.2f} req/s ({100 * (g['slo_attainment'] or 0):.1f}% within "
+          f"TTFT<={g['slo']['ttft_s']} s, TPOT<={g['slo']['tpot_s']} s)")
+    if c["usd"] is None:
+        print(f"cost: {c['gpu_hours']:.3f} GPU-hours; price unknown ({c['price_source']})")
+    else:
+        print(f"cost: {c['gpu_hours']:.3f} GPU-hours x ${c['usd_per_gpu_hour']}/h = ${c['usd']:.2f}; "
+              f"${c['usd_per_million_output_tokens']:.2f} per million output tokens")
+    sim = s["sim"]
+    print(f"simulated {sim['simulated_s']:,.1f} s in {sim['steps']:,} steps, wall {sim['wall_s']:.2f} s\n")

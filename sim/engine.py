@@ -1,0 +1,241 @@
+"""The event engine: the only module that imports simpy, the only orchestrator, the owner of
+simulated time (DESIGN.md section 2).
+
+One arrival process feeds a router; each replica runs one loop: ask its scheduler for a
+``StepPlan``, price the step's ``BatchShape`` with the cost model, advance time by the step,
+apply the results. Request state changes only in the named functions ``admit``, ``commit_plan``
+and ``complete_step``. Events are per step, never per token.
+"""
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import simpy
+
+from sim.catalog import get_hardware, get_model
+from sim.cluster import ROUTERS, ReplicaLoad
+from sim.config import Config
+from sim.cost import make_cost_model
+from sim.cost.memory import plan_memory
+from sim.kv.blocks import KVManager
+from sim.request import Request, Status
+from sim.scheduler import REGISTRY
+from sim.types import COMPONENTS, BatchShape, StepPlan
+from sim.workload import build_workload
+
+
+@dataclass
+class StepLog:
+    """Columnar per-step records (one entry per engine step)."""
+
+    replica: array = field(default_factory=lambda: array("i"))
+    start_s: array = field(default_factory=lambda: array("d"))
+    duration_s: array = field(default_factory=lambda: array("d"))
+    batch_size: array = field(default_factory=lambda: array("i"))
+    num_tokens: array = field(default_factory=lambda: array("i"))
+    prefill_tokens: array = field(default_factory=lambda: array("i"))
+    decode_tokens: array = field(default_factory=lambda: array("i"))
+    preempted: array = field(default_factory=lambda: array("i"))
+    kv_blocks_used: array = field(default_factory=lambda: array("i"))
+    waiting: array = field(default_factory=lambda: array("i"))
+    source: list = field(default_factory=list)
+    components: dict = field(default_factory=lambda: {c: array("d") for c in COMPONENTS})
+
+
+@dataclass
+class SimOutput:
+    """Everything a run produced, as plain values (records for the metrics stage)."""
+
+    config: Config
+    requests: list[Request]
+    steps: StepLog
+    itl_s: array
+    memory: dict
+    num_gpus: int
+    simulated_s: float
+    workload_info: dict
+    cost_source: str
+    out_of_range: int
+    kv_blocks_per_replica: int
+
+
+class Replica:
+    def __init__(self, idx: int, scheduler, kv: KVManager, cost):
+        self.idx, self.scheduler, self.kv, self.cost = idx, scheduler, kv, cost
+        self.wake: simpy.Event | None = None
+
+
+class Engine:
+    def __init__(self, cfg: Config, progress=None):
+        self.cfg = cfg
+        self.model = get_model(cfg.model)
+        self.hw = get_hardware(cfg.hardware)
+        knobs = cfg.scheduler.knobs()
+        tp, pp = cfg.parallelism.tp, cfg.parallelism.pp
+        kv_dtype = cfg.kv.dtype or cfg.dtype
+        self.mem = plan_memory(
+            self.model, self.hw, tp=tp, pp=pp, dtype=cfg.dtype, kv_dtype=kv_dtype, block_size=cfg.kv.block_size,
+            gpu_memory_utilization=cfg.kv.gpu_memory_utilization, max_num_batched_tokens=knobs.max_num_batched_tokens,
+            max_num_seqs=knobs.max_num_seqs, runtime_overhead_gib=cfg.kv.runtime_overhead_gib,
+            num_gpu_blocks=cfg.kv.num_gpu_blocks)
+        self.cost = make_cost_model(cfg, self.model, self.hw)
+        sched_cls = REGISTRY[cfg.scheduler.name]
+        self.replicas = []
+        for i in range(cfg.cluster.replicas):
+            kv = KVManager(self.mem.num_gpu_blocks, cfg.kv.block_size, cfg.kv.watermark)
+            self.replicas.append(Replica(i, sched_cls(knobs, kv), kv, self.cost))
+        self.route = ROUTERS[cfg.cluster.router]
+        self.route_state: dict = {}
+        self.rng = np.random.default_rng(cfg.seed)
+        self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
+        self.requests: list[Request] = []
+        self.by_id: dict[int, Request] = {}
+        self.steps = StepLog()
+        self.itl = array("d")
+        self.env = simpy.Environment()
+        self.arrivals_done = False
+        self.progress = progress
+
+    # ------------------------------------------------------------------ state changes
+    def admit(self, spec) -> None:
+        """An arrival: reject it with a reason, or route it to a replica's scheduler."""
+        ctx = self.model.max_context
+        if spec.max_output_tokens is None:
+            spec = replace(spec, max_output_tokens=max(1, ctx - spec.prompt_tokens))
+        req = Request(spec)
+        self.requests.append(req)
+        self.by_id[req.id] = req
+        if spec.prompt_tokens + spec.output_tokens > ctx:
+            return self._reject(req, f"prompt {spec.prompt_tokens} + output {spec.output_tokens} tokens exceed "
+                                     f"{self.model.id}'s context of {ctx}")
+        loads = [ReplicaLoad(len(r.scheduler.waiting), len(r.scheduler.running), r.kv.num_used / r.kv.num_blocks)
+                 for r in self.replicas] if self.cfg.cluster.router != "round_robin" else self.replicas
+        rep = self.replicas[self.route(spec, loads, self.route_state)]
+        req.replica = rep.idx
+        reason = rep.scheduler.reject_reason(req)
+        if reason:
+            return self._reject(req, reason)
+        rep.scheduler.add(req)
+        if rep.wake is not None and not rep.wake.triggered:
+            rep.wake.succeed()
+
+    def _reject(self, req: Request, reason: str) -> None:
+        req.status = Status.REJECTED
+        req.reject_reason = reason
+        if self.progress is not None:
+            self.progress.update(1)
+
+    def commit_plan(self, rep: Replica, plan: StepPlan, now: float) -> BatchShape:
+        """Apply preemptions and mark scheduled requests; return the step's batch shape."""
+        for rid in plan.preempted:
+            r = self.by_id[rid]
+            r.num_computed = 0  # recompute: progress resets, generated tokens stay emitted
+            r.preemptions += 1
+            r.status = Status.WAITING
+        new, ctx = [], []
+        for rid, n in plan.num_new_tokens.items():
+            r = self.by_id[rid]
+            if r.first_scheduled_s is None:
+                r.first_scheduled_s = now
+            r.status = Status.RUNNING
+            new.append(n)
+            ctx.append(r.num_computed)
+        return BatchShape(tuple(new), tuple(ctx), plan.blocks_swapped_in, plan.blocks_swapped_out,
+                          self.cfg.parallelism.tp, self.cfg.parallelism.pp)
+
+    def complete_step(self, rep: Replica, plan: StepPlan, now: float) -> tuple[int, int]:
+        """Advance every scheduled request; emit tokens; finish requests. Returns (prefill, decode) tokens."""
+        prefill = decode = 0
+        itl = self.itl
+        for rid, n in plan.num_new_tokens.items():
+            r = self.by_id[rid]
+            if n == 1 and r.num_generated and r.num_computed + 1 == r.num_tokens:
+                decode += 1
+            else:
+                prefill += n
+            r.num_computed += n
+            if r.num_computed < r.num_tokens:
+                continue
+            r.num_generated += 1
+            if r.first_token_s is None:
+                r.first_token_s = now
+            else:
+                gap = now - r.last_token_s
+                itl.append(gap)
+                if gap > r.max_itl_s:
+                    r.max_itl_s = gap
+            r.last_token_s = now
+            if r.num_generated >= r.spec.output_tokens:
+                r.status = Status.FINISHED
+                r.finish_s = now
+                rep.scheduler.finish(r)
+                if self.progress is not None:
+                    self.progress.update(1)
+        return prefill, decode
+
+    # ------------------------------------------------------------------ processes
+    def _arrivals(self):
+        env = self.env
+        for spec in self.workload:
+            delay = spec.arrival_s - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            self.admit(spec)
+        self.arrivals_done = True
+        for rep in self.replicas:
+            if rep.wake is not None and not rep.wake.triggered:
+                rep.wake.succeed()
+
+    def _replica(self, rep: Replica):
+        env, sched, cost, log = self.env, rep.scheduler, rep.cost, self.steps
+        comps = [log.components[c] for c in COMPONENTS]
+        while True:
+            plan = sched.schedule(env.now)
+            if plan.empty:
+                if sched.has_work():
+                    raise RuntimeError(f"scheduler {sched.name!r} made no progress with "
+                                       f"{len(sched.waiting)} waiting and {len(sched.running)} running requests")
+                if self.arrivals_done:
+                    return
+                rep.wake = env.event()
+                yield rep.wake
+                rep.wake = None
+                continue
+            start = env.now
+            shape = self.commit_plan(rep, plan, start)
+            st = cost.step_time(shape)
+            yield env.timeout(st.total)
+            prefill, decode = self.complete_step(rep, plan, env.now)
+            log.replica.append(rep.idx)
+            log.start_s.append(start)
+            log.duration_s.append(st.total)
+            log.batch_size.append(len(shape.new_tokens))
+            log.num_tokens.append(prefill + decode)
+            log.prefill_tokens.append(prefill)
+            log.decode_tokens.append(decode)
+            log.preempted.append(len(plan.preempted))
+            log.kv_blocks_used.append(rep.kv.num_used)
+            log.waiting.append(len(sched.waiting))
+            log.source.append(st.source)
+            for arr, v in zip(comps, (st.gemm, st.attn_prefill, st.attn_decode, st.comm, st.other_gpu, st.cpu, st.swap)):
+                arr.append(v)
+
+    def run(self) -> SimOutput:
+        self.env.process(self._arrivals())
+        for rep in self.replicas:
+            self.env.process(self._replica(rep))
+        self.env.run()
+        oor = self.cost.out_of_range_total()
+        cfg = self.cfg
+        return SimOutput(
+            config=cfg, requests=self.requests, steps=self.steps, itl_s=self.itl, memory=self.mem.as_dict(),
+            num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=self.env.now,
+            workload_info=dict(self.workload.info), cost_source=self.cost.source, out_of_range=oor,
+            kv_blocks_per_replica=self.mem.num_gpu_blocks)
+
+
+def run_engine(cfg: Config, progress=None) -> SimOutput:
+    """Build the pipeline for ``cfg`` and run it to completion."""
+    return Engine(cfg, progress).run()

@@ -1,0 +1,100 @@
+"""Figures from flat records (never from live simulator objects). PNG and SVG each."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.types import COMPONENTS
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
+                         "axes.spines.right": False, "svg.hashsalt": "servesim"})
+    return plt
+
+
+def save(fig, out: Path, name: str) -> list[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for ext in ("png", "svg"):
+        p = out / f"{name}.{ext}"
+        fig.savefig(p, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None)
+        files.append(str(p))
+    return files
+
+
+def cdf(ax, values, label, unit_scale=1.0):
+    v = np.sort(np.asarray(values, float)[np.isfinite(values)]) * unit_scale
+    if v.size:
+        ax.plot(v, np.arange(1, v.size + 1) / v.size, label=label, lw=1.6)
+
+
+def plot_run(req: pd.DataFrame, steps: pd.DataFrame, out_dir: str | Path, title: str = "", slo=None) -> list[str]:
+    """The standard figures of one run: TTFT and TPOT CDFs, E2E against arrival, batch size and
+    KV usage over time, step-time breakdown."""
+    plt = _plt()
+    out = Path(out_dir)
+    files: list[str] = []
+    done = req[req["status"] == "finished"]
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, col, name, lim in ((axes[0], "ttft_s", "TTFT", slo.ttft_s if slo else None),
+                               (axes[1], "tpot_s", "TPOT", slo.tpot_s if slo else None)):
+        cdf(ax, done[col].to_numpy(), name, 1e3)
+        if lim:
+            ax.axvline(lim * 1e3, color="crimson", ls="--", lw=1, label=f"SLO {lim * 1e3:g} ms")
+            ax.legend(loc="lower right")
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(f"{name} CDF")
+    fig.suptitle(title, fontsize=10)
+    files += save(fig, out, "latency_cdf")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    ax.scatter(done["arrival_s"], done["e2e_s"], s=3, alpha=0.5, label="completed")
+    rej = req[req["status"] == "rejected"]
+    if len(rej):
+        ax.scatter(rej["arrival_s"], np.zeros(len(rej)), s=8, marker="x", color="crimson", label=f"rejected ({len(rej)})")
+        ax.legend()
+    ax.set_xlabel("arrival time (s)")
+    ax.set_ylabel("end-to-end latency (s)")
+    ax.set_title(f"E2E latency against arrival time {title}", fontsize=10)
+    files += save(fig, out, "e2e_vs_arrival")
+    plt.close(fig)
+
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 5.2), sharex=True)
+    for rep, g in steps.groupby("replica"):
+        label = f"replica {rep}"
+        a1.plot(g["start_s"], g["batch_size"], lw=0.7, label=label)
+        a2.plot(g["start_s"], 100 * g["kv_usage"], lw=0.7, label=label)
+    a1.set_ylabel("sequences in step")
+    a1.set_title(f"Batch size and KV-cache usage over time {title}", fontsize=10)
+    a2.set_ylabel("KV blocks used (%)")
+    a2.set_xlabel("simulated time (s)")
+    a2.set_ylim(0, 105)
+    if steps["replica"].nunique() > 1 and steps["replica"].nunique() <= 8:
+        a1.legend(fontsize=7)
+    files += save(fig, out, "batch_kv_over_time")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    tot = [float(steps[f"t_{c}_s"].sum()) for c in COMPONENTS]
+    allt = sum(tot) or 1.0
+    ax.barh(list(COMPONENTS), [100 * t / allt for t in tot], color="#4477aa")
+    for i, t in enumerate(tot):
+        ax.text(100 * t / allt + 0.5, i, f"{t:.1f} s", va="center", fontsize=8)
+    ax.set_xlabel("share of busy GPU time (%)")
+    ax.invert_yaxis()
+    src = ", ".join(f"{k}: {v}" for k, v in steps["cost_source"].value_counts().items()) if len(steps) else ""
+    ax.set_title(f"Step-time breakdown ({src} steps)", fontsize=10)
+    files += save(fig, out, "step_breakdown")
+    plt.close(fig)
+    return files

@@ -1,0 +1,74 @@
+"""Flat records: the engine's output turned into column tables (pandas / Arrow)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sim.types import COMPONENTS
+
+REQUEST_COLUMNS = [
+    "request_id", "replica", "status", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s",
+    "prompt_tokens", "output_tokens", "generated_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s",
+    "max_itl_s", "preemptions", "cached_tokens", "priority", "slo_class", "tenant", "session_id", "reject_reason",
+]
+
+
+def _f(x):
+    return np.nan if x is None else x
+
+
+def requests_frame(out) -> pd.DataFrame:
+    """One row per arrived request (completed or rejected), in arrival order."""
+    rs = out.requests
+    arrival = np.fromiter((r.spec.arrival_s for r in rs), float, len(rs))
+    first = np.fromiter((_f(r.first_token_s) for r in rs), float, len(rs))
+    finish = np.fromiter((_f(r.finish_s) for r in rs), float, len(rs))
+    sched = np.fromiter((_f(r.first_scheduled_s) for r in rs), float, len(rs))
+    gen = np.fromiter((r.num_generated for r in rs), np.int64, len(rs))
+    ttft = first - arrival
+    e2e = finish - arrival
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(gen >= 2, (e2e - ttft) / (gen - 1), np.nan)
+    return pd.DataFrame({
+        "request_id": np.fromiter((r.id for r in rs), np.int64, len(rs)),
+        "replica": np.fromiter((r.replica for r in rs), np.int32, len(rs)),
+        "status": [r.status.value for r in rs],
+        "arrival_s": arrival,
+        "first_scheduled_s": sched,
+        "first_token_s": first,
+        "finish_s": finish,
+        "prompt_tokens": np.fromiter((r.spec.prompt_tokens for r in rs), np.int64, len(rs)),
+        "output_tokens": np.fromiter((r.spec.output_tokens for r in rs), np.int64, len(rs)),
+        "generated_tokens": gen,
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "e2e_s": e2e,
+        "queue_s": sched - arrival,
+        "max_itl_s": np.fromiter((r.max_itl_s for r in rs), float, len(rs)),
+        "preemptions": np.fromiter((r.preemptions for r in rs), np.int32, len(rs)),
+        "cached_tokens": np.fromiter((r.cached_tokens for r in rs), np.int64, len(rs)),
+        "priority": np.fromiter((r.spec.priority for r in rs), np.int32, len(rs)),
+        "slo_class": [r.spec.slo_class for r in rs],
+        "tenant": [r.spec.tenant for r in rs],
+        "session_id": [r.spec.session_id for r in rs],
+        "reject_reason": [r.reject_reason for r in rs],
+    }, columns=REQUEST_COLUMNS)
+
+
+def steps_frame(out) -> pd.DataFrame:
+    """One row per engine step: replica, time, batch, tokens, KV blocks used, time breakdown."""
+    s = out.steps
+    cols = {
+        "replica": np.frombuffer(s.replica, np.int32) if len(s.replica) else np.zeros(0, np.int32),
+        "start_s": np.frombuffer(s.start_s, float) if len(s.start_s) else np.zeros(0),
+        "duration_s": np.frombuffer(s.duration_s, float) if len(s.duration_s) else np.zeros(0),
+    }
+    for name in ("batch_size", "num_tokens", "prefill_tokens", "decode_tokens", "preempted", "kv_blocks_used", "waiting"):
+        a = getattr(s, name)
+        cols[name] = np.frombuffer(a, np.int32) if len(a) else np.zeros(0, np.int32)
+    cols["kv_usage"] = cols["kv_blocks_used"] / max(1, out.kv_blocks_per_replica)
+    for c in COMPONENTS:
+        a = s.components[c]
+        cols[f"t_{c}_s"] = np.frombuffer(a, float) if len(a) else np.zeros(0)
+    cols["cost_source"] = pd.Categorical(s.source) if s.source else pd.Categorical([])
+    return pd.DataFrame(cols)

@@ -1,0 +1,132 @@
+"""Records -> summary.json (DESIGN.md section 4; the metric definitions are part of the product).
+
+- TTFT = first output token time - arrival. TPOT = (E2E - TTFT) / (output tokens - 1), for
+  requests with at least two output tokens. ITL = every gap between consecutive output tokens.
+  E2E = last output token time - arrival. Queueing delay = first scheduled - arrival.
+- Throughput = tokens (or requests) completed / makespan, where makespan runs from the first
+  arrival to the end of the last step.
+- Goodput = requests per second that met every SLO (TTFT <= ttft_s and TPOT <= tpot_s, per SLO
+  class when classes are configured); ``slo_attainment`` = those requests / all arrived requests
+  (a rejected request misses its SLO).
+- Cost = GPU-hours over the makespan x $/GPU-hour; $ per million output tokens.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from sim.catalog import get_hardware
+
+PCTS = (50, 90, 99)
+
+
+def dist(values) -> dict:
+    """mean, p50, p90, p99 (and max) of finite values; nulls when there are none."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    p = np.percentile(v, PCTS)
+    return {"mean": float(v.mean()), "p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2]), "max": float(v.max())}
+
+
+def slo_met(req: pd.DataFrame, slo) -> np.ndarray:
+    """Boolean per request: completed and within its class's TTFT and TPOT limits."""
+    ttft_lim = np.full(len(req), slo.ttft_s)
+    tpot_lim = np.full(len(req), slo.tpot_s)
+    for name, c in slo.classes.items():
+        m = (req["slo_class"] == name).to_numpy()
+        ttft_lim[m], tpot_lim[m] = c.ttft_s, c.tpot_s
+    done = (req["status"] == "finished").to_numpy()
+    ttft = req["ttft_s"].to_numpy()
+    tpot = req["tpot_s"].fillna(0.0).to_numpy()
+    return done & (ttft <= ttft_lim) & (tpot <= tpot_lim)
+
+
+def price_of(cfg) -> tuple[float | None, str]:
+    """$/GPU-hour and a one-line statement of where it comes from."""
+    if cfg.cost.usd_per_gpu_hour is not None:
+        return cfg.cost.usd_per_gpu_hour, "cost.usd_per_gpu_hour (set by the user)"
+    hw = get_hardware(cfg.hardware)
+    if hw.price is None:
+        return None, f"no public price for {hw.id} in the reference table; set cost.usd_per_gpu_hour"
+    p = hw.price
+    return p.usd_per_gpu_hour, f"{p.provider} {p.offer}, {p.date} ({p.basis}; {p.source})"
+
+
+def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dict:
+    cfg = out.config
+    done = req[req["status"] == "finished"]
+    arrived = len(req)
+    t0 = float(req["arrival_s"].min()) if arrived else 0.0
+    makespan = max(out.simulated_s - t0, 1e-12)
+    out_tok = int(done["generated_tokens"].sum())
+    in_tok = int(done["prompt_tokens"].sum())
+    met = int(slo_met(req, cfg.slo).sum())
+    price, price_src = price_of(cfg)
+    gpu_hours = out.num_gpus * makespan / 3600.0
+    usd = None if price is None else gpu_hours * price
+    rejected = req[req["status"] == "rejected"]
+    reasons: dict[str, int] = {}
+    for r in rejected["reject_reason"]:
+        key = r.split(";")[0] if r else "unknown"
+        reasons[key] = reasons.get(key, 0) + 1
+    sources = steps["cost_source"].value_counts().to_dict() if len(steps) else {}
+    return {
+        "requests": {
+            "arrived": arrived,
+            "completed": int(len(done)),
+            "rejected": int(len(rejected)),
+            "unfinished": int(arrived - len(done) - len(rejected)),
+            "preemptions": int(req["preemptions"].sum()),
+            "reject_reasons": dict(sorted(reasons.items())),
+        },
+        "ttft_s": dist(done["ttft_s"]),
+        "tpot_s": dist(done["tpot_s"]),
+        "itl_s": dist(np.frombuffer(out.itl_s, float) if len(out.itl_s) else []),
+        "e2e_s": dist(done["e2e_s"]),
+        "queue_s": dist(done["queue_s"]),
+        "throughput": {
+            "requests_per_s": len(done) / makespan,
+            "output_tokens_per_s": out_tok / makespan,
+            "total_tokens_per_s": (out_tok + in_tok) / makespan,
+        },
+        "goodput": {"requests_per_s": met / makespan, "slo_attainment": met / arrived if arrived else None,
+                    "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s}},
+        "cost": {
+            "gpus": out.num_gpus,
+            "gpu_hours": gpu_hours,
+            "usd_per_gpu_hour": price,
+            "price_source": price_src,
+            "usd": usd,
+            "usd_per_million_output_tokens": (usd / out_tok * 1e6) if (usd is not None and out_tok) else None,
+        },
+        "kv": {**out.memory, "peak_blocks_used": int(steps["kv_blocks_used"].max()) if len(steps) else 0},
+        "workload": out.workload_info,
+        "sim": {
+            "wall_s": wall_s,
+            "steps": int(len(steps)),
+            "simulated_s": out.simulated_s,
+            "makespan_s": makespan,
+            "seed": cfg.seed,
+            "cost_model": out.cost_source,
+            "steps_by_cost_source": {str(k): int(v) for k, v in sorted(sources.items())},
+            "out_of_range_queries": int(out.out_of_range),
+        },
+    }
+
+
+def clean_json(obj):
+    """NaN/inf -> None, numpy scalars -> Python, recursively (for strict JSON)."""
+    if isinstance(obj, dict):
+        return {str(k): clean_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean_json(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    return obj
