@@ -15,7 +15,9 @@ COMMANDS = [
     "sim.commands.catalog",
     "sim.commands.trace",
     "sim.commands.profile",
+    "sim.commands.calibrate",
     "sim.commands.sweep",
+    "sim.commands.compare",
 ]
 
 
