@@ -17,7 +17,7 @@ KEYS: dict[str, tuple[str, ...]] = {
         "batch", "context_min", "context_mean", "context_max", "kv_tokens_total",
     ),
     "elementwise": ("dtype", "tp", "op", "tokens", "hidden"),
-    "sampling": ("dtype", "tp", "op", "batch", "vocab_shard"),
+    "sampling": ("dtype", "tp", "op", "batch", "vocab"),
     "collective": ("dtype", "op", "world_size", "bytes"),
 }
 STATS = ("time_us", "time_us_p10", "time_us_p90", "repeats")

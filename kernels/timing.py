@@ -37,7 +37,7 @@ class TimingConfig:
 
 
 GPU_TIMING = TimingConfig(warmup=3, repeats=20, min_repeats=5, max_seconds=0.15, flush_l2=True)
-CPU_TIMING = TimingConfig(warmup=1, repeats=7, min_repeats=3, max_seconds=0.05, flush_l2=False)
+CPU_TIMING = TimingConfig(warmup=2, repeats=9, min_repeats=3, max_seconds=0.05, flush_l2=False)
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -73,13 +73,15 @@ def measure(fn: Callable[[], object], device: torch.device, cfg: TimingConfig,
     """
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda *a: None)
-    t0 = time.perf_counter()
-    for _ in range(max(1, cfg.warmup)):
+    one = 0.0
+    for _ in range(max(1, cfg.warmup)):  # the last warm-up sizes the repeats (the first pays one-off costs)
         if before:
             before()
+        sync()
+        t0 = time.perf_counter()
         fn()
-    sync()
-    one = (time.perf_counter() - t0) / max(1, cfg.warmup)
+        sync()
+        one = time.perf_counter() - t0
     n = max(cfg.min_repeats, min(cfg.repeats, int(cfg.max_seconds / max(one, 1e-9))))
     if cuda:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
