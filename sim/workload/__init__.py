@@ -2,25 +2,28 @@
 
 ``build_workload`` is the one entry point the simulator uses. It returns a ``Workload``: an
 iterable of ``RequestSpec`` in arrival order with ids 0, 1, 2, ... plus ``info``, a dict of
-counts (clipped, skipped bad rows, source) filled while it is iterated.
+counts (clipped, skipped bad rows, filtered rows, source, ...) filled while it is iterated.
+Iterating again gives the same requests: each pass starts from a copy of the workload's own
+random generator (drawn once from the caller's ``rng``) and resets ``info``.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from sim.types import RequestSpec
 from sim.workload.config import LengthDist, TraceConfig, WorkloadConfig
-from sim.workload.synthetic import interarrivals, sample_lengths
+from sim.workload.synthetic import synthetic_requests
 
 __all__ = ["Workload", "WorkloadConfig", "LengthDist", "TraceConfig", "build_workload"]
 
 
 @dataclass
 class Workload:
-    """Requests in arrival order (a one-shot or re-iterable stream) plus counts about them."""
+    """Requests in arrival order (re-iterable, same requests each time) plus counts about them."""
 
     _make: object
     info: dict = field(default_factory=dict)
@@ -29,29 +32,22 @@ class Workload:
         return self._make()
 
 
-def _synthetic(cfg: WorkloadConfig, rng: np.random.Generator, info: dict) -> Iterator[RequestSpec]:
-    n = cfg.num_requests
-    gaps = interarrivals(cfg.arrival, cfg.rate, cfg.cv, n, rng)
-    arrivals = np.cumsum(gaps) - gaps[0]  # first request at t = 0
-    prompts = sample_lengths(cfg.prompt, n, rng)
-    outputs = sample_lengths(cfg.output, n, rng)
-    info["source"] = f"synthetic {cfg.arrival} at {cfg.rate} req/s"
-    for i in range(n):
-        yield RequestSpec(id=i, arrival_s=float(arrivals[i]), prompt_tokens=int(prompts[i]), output_tokens=int(outputs[i]))
-
-
 def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Generator) -> Workload:
     """The request stream ``cfg`` describes. Requests longer than ``max_context`` are passed
-    through (the engine rejects and counts them) unless ``cfg.clip_to_context`` is set."""
-    info: dict = {"clipped": 0, "skipped_bad_rows": 0}
-    if cfg.trace is not None:
-        from sim.workload.traces import read_trace_requests
+    through (the engine rejects and counts them) unless ``cfg.clip_to_context`` is set.
+    Draws one seed from ``rng``; the stream's own randomness comes from it."""
+    info: dict = {}
+    seed = np.random.default_rng(int(rng.integers(0, 2**63)))
 
-        def make():
-            return _clip(read_trace_requests(cfg, info), cfg, max_context, info)
-    else:
-        def make():
-            return _clip(_synthetic(cfg, rng, info), cfg, max_context, info)
+    def make():
+        info.clear()
+        info.update(clipped=0, skipped_bad_rows=0)
+        own = copy.deepcopy(seed)
+        if cfg.trace is not None:
+            from sim.workload.traces import read_trace_requests
+
+            return _clip(read_trace_requests(cfg, info, own), cfg, max_context, info)
+        return _clip(synthetic_requests(cfg, own, info), cfg, max_context, info)
 
     return Workload(make, info)
 
@@ -60,11 +56,12 @@ def _clip(reqs: Iterator[RequestSpec], cfg: WorkloadConfig, max_context: int, in
     if not cfg.clip_to_context:
         yield from reqs
         return
-    from dataclasses import replace
-
     for r in reqs:
         if r.prompt_tokens + r.output_tokens > max_context:
             info["clipped"] += 1
             p = min(r.prompt_tokens, max_context - 1)
-            r = replace(r, prompt_tokens=p, output_tokens=max(1, min(r.output_tokens, max_context - p)))
+            hashes = r.block_hashes
+            if hashes is not None:  # keep only the blocks the clipped prompt still covers
+                hashes = hashes[: -(-p // r.hash_block_tokens)]
+            r = replace(r, prompt_tokens=p, output_tokens=max(1, min(r.output_tokens, max_context - p)), block_hashes=hashes)
         yield r
