@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import platform
 import re
 import shutil
@@ -23,28 +22,14 @@ from pathlib import Path
 
 import torch
 
+import kernels.args
+from kernels.args import ProfileError, resolve_model
 from kernels import grid as grids
 from kernels import ops
 from kernels.schema import FAMILIES, RowWriter, key_of, read_rows
 from kernels.timing import CPU_TIMING, GPU_TIMING, L2Flusher, TimingConfig, measure
 
 COMPUTE = ("gemm", "attn_prefill", "attn_decode", "elementwise", "sampling")
-
-
-class ProfileError(ValueError):
-    """Bad arguments: an unknown model, a tp that does not divide the model, a missing device."""
-
-
-def resolve_model(arg: str):
-    """A catalog id / alias, or a path to a model-card YAML file."""
-    from sim.catalog import CatalogError, get_model, load_model_card
-
-    try:
-        if arg.endswith((".yaml", ".yml")) or os.path.isfile(arg):
-            return load_model_card(arg), f"card file {Path(arg).name}"
-        return get_model(arg), "catalog"
-    except CatalogError as e:
-        raise ProfileError(str(e)) from None
 
 
 def detect_hardware_id(device: torch.device) -> str:
@@ -128,7 +113,8 @@ def plan(model, tps: list[int], dtypes: list[str], grid: str, families: tuple[st
     """Every compute point to profile, in order."""
     out = []
     for dtype in dtypes:
-        ops.torch_dtype(dtype)
+        if dtype not in ops.DTYPES:
+            raise ProfileError(f"unsupported profile dtype {dtype!r}; use one of {', '.join(ops.DTYPES)}")
         for tp in tps:
             try:
                 pts = grids.points(model, tp, dtype, grid)
@@ -201,10 +187,9 @@ def run(device: str, model: str, tps: list[int], dtypes: list[str], grid: str = 
         torch.set_num_threads(threads)
     timing = timing or (GPU_TIMING if dev.type == "cuda" else CPU_TIMING)
     hardware_id = hardware_id or detect_hardware_id(dev)
+    compute = plan(card, tps, dtypes, grid, tuple(f for f in families if f in COMPUTE))
     folder = Path(out) / hardware_id / card.id
     folder.mkdir(parents=True, exist_ok=True)
-
-    compute = plan(card, tps, dtypes, grid, tuple(f for f in families if f in COMPUTE))
     skipped: list[dict] = []
     coll: dict[int, list[dict]] = {}
     if "collective" in families:
@@ -286,23 +271,15 @@ def run(device: str, model: str, tps: list[int], dtypes: list[str], grid: str = 
     return folder
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The profiling flags, shared with ``servesim profile``."""
-    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--model", required=True, help="catalog model id, or a path to a model-card YAML")
-    p.add_argument("--tp", default="1", help="tensor-parallel degrees, comma-separated (default 1)")
-    p.add_argument("--dtype", default="bf16", help="profile dtype(s), comma-separated: bf16, fp16, fp32")
-    p.add_argument("--grid", choices=list(grids.GRIDS), default="small")
-    p.add_argument("--out", default="calibration/profiles", help="profiles root; writes OUT/<hardware>/<model>/")
-    p.add_argument("--hardware-id", default=None, help="catalog hardware id (default: detected; 'cpu' on CPUs)")
-    p.add_argument("--ops", default=",".join(FAMILIES), help=f"operator families (default all): {','.join(FAMILIES)}")
-    p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU (default 1, stable timings)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--estimate", action="store_true", help="print grid sizes and a time estimate, profile nothing")
-
-
 def main_args(args: argparse.Namespace) -> int:
-    tps, dtypes, families = _parse_list(args.tp, int), _parse_list(args.dtype), tuple(_parse_list(args.ops))
+    """Run from parsed flags (``kernels.args``); ProfileError for bad input."""
+    try:
+        tps = _parse_list(args.tp, int)
+    except ValueError:
+        raise ProfileError(f"--tp takes integers separated by commas, not {args.tp!r}") from None
+    dtypes, families = _parse_list(args.dtype), tuple(_parse_list(args.ops))
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.estimate:
         card, _ = resolve_model(args.model)
         hw = args.hardware_id or ("cpu" if args.device == "cpu" else detect_hardware_id(torch.device("cuda", 0)))
@@ -326,7 +303,7 @@ def main_args(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kernels.profile", description=__doc__.splitlines()[0])
-    add_arguments(p)
+    kernels.args.add_arguments(p)
     args = p.parse_args(argv)
     try:
         return main_args(args)

@@ -46,7 +46,10 @@ def read_rows(path: str | Path) -> list[dict]:
         for c, v in r.items():
             if c in TEXT_KEYS:
                 continue
-            r[c] = float(v) if c.startswith("time_us") else int(v)
+            if v in ("", None):  # converted profiles may lack p10/p90/repeats
+                r[c] = None
+            else:
+                r[c] = float(v) if c.startswith("time_us") else int(v)
     return rows
 
 
@@ -65,8 +68,11 @@ class RowWriter:
             self._w.writeheader()
             self._f.flush()
 
+    def key(self, row: dict) -> tuple[str, ...]:
+        return key_of(self.family, row)
+
     def write(self, row: dict) -> None:
-        self._w.writerow({c: row[c] for c in columns(self.family)})
+        self._w.writerow({c: row.get(c) for c in columns(self.family)})
         self._f.flush()
         self.done.add(key_of(self.family, row))
 
