@@ -1,0 +1,35 @@
+"""Shared test helpers. Tests run on the CPU; the public traces in ../shared/traces are optional."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO.parent / "shared" / "traces"
+
+
+def trace_path(name: str) -> Path:
+    """A public trace from ../shared/traces, or skip the test with the reason."""
+    p = TRACES / name
+    if not p.exists():
+        pytest.skip(f"public trace {name} not found in ../shared/traces (download it to run this test)")
+    return p
+
+
+def tiny_config(**sections) -> dict:
+    """A small, fast config dict: Llama-3.1-8B on one H100, few requests, no plots or progress."""
+    cfg = {
+        "model": "llama-3.1-8b",
+        "hardware": "h100-sxm",
+        "workload": {"rate": 5.0, "num_requests": 40,
+                     "prompt": {"kind": "uniform", "min": 16, "max": 400},
+                     "output": {"kind": "uniform", "min": 1, "max": 60}},
+        "output": {"plots": False, "progress": False},
+    }
+    for k, v in sections.items():
+        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+            cfg[k] = {**cfg[k], **v}
+        else:
+            cfg[k] = v
+    return cfg

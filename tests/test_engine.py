@@ -1,0 +1,134 @@
+"""Exact outcomes of the engine on tiny cases, and invariants on many random ones."""
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import tiny_config
+from sim import simulate
+from sim.catalog import get_hardware, get_model
+from sim.config import load_config
+from sim.cost.roofline import RooflineCostModel
+from sim.engine import Engine
+from sim.types import BatchShape
+
+
+def one_request(prompt, output):
+    return tiny_config(workload={"trace": None, "num_requests": 1, "rate": 1.0,
+                                 "prompt": {"kind": "fixed", "value": prompt},
+                                 "output": {"kind": "fixed", "value": output}})
+
+
+@pytest.mark.parametrize("prompt,output", [(100, 1), (512, 5), (2000, 17)])
+def test_single_request_ttft_is_prefill_and_e2e_adds_decodes(prompt, output):
+    res = simulate(one_request(prompt, output))
+    r = res.requests.iloc[0]
+    cm = RooflineCostModel(get_model("llama-3.1-8b"), get_hardware("h100-sxm"))
+    prefill = cm.step_time(BatchShape((prompt,), (0,))).total
+    decodes = sum(cm.step_time(BatchShape((1,), (prompt + i,))).total for i in range(output - 1))
+    assert r.ttft_s == pytest.approx(prefill, rel=1e-12)
+    assert r.e2e_s == pytest.approx(prefill + decodes, rel=1e-12)
+    assert len(res.steps) == output
+    assert r.generated_tokens == output
+
+
+def test_long_request_rejected_with_reason_and_counted():
+    cfg = one_request(130_000, 2000)  # beyond Llama-3.1-8B's 131,072-token context
+    res = simulate(cfg)
+    assert res.summary["requests"]["rejected"] == 1
+    assert "context" in res.requests.iloc[0].reject_reason
+
+
+def test_prompt_over_token_budget_rejected_by_vllm():
+    cfg = one_request(9000, 3)
+    res = simulate(cfg)
+    assert res.requests.iloc[0].status == "rejected"
+    assert "max_num_batched_tokens" in res.requests.iloc[0].reject_reason
+
+
+def test_preemption_by_recompute_when_blocks_run_out():
+    cfg = tiny_config(kv={"num_gpu_blocks": 30}, workload={"rate": 100.0, "num_requests": 12,
+                                                              "prompt": {"kind": "fixed", "value": 100},
+                                                              "output": {"kind": "fixed", "value": 60}})
+    res = simulate(cfg)
+    assert res.summary["requests"]["preemptions"] > 0
+    assert res.summary["requests"]["completed"] == 12
+    assert (res.requests.generated_tokens == 60).all()
+
+
+def test_static_batching_waits_for_whole_batch():
+    cfg = tiny_config(scheduler={"name": "static", "max_num_seqs": 4},
+                      workload={"rate": 1000.0, "num_requests": 8, "prompt": {"kind": "fixed", "value": 50},
+                                "output": {"kind": "uniform", "min": 2, "max": 40}})
+    res = simulate(cfg)
+    req = res.requests
+    starts = sorted(set(req.first_scheduled_s))
+    assert len(starts) >= 2
+    for t in starts[1:]:
+        earlier = req[req.first_scheduled_s < t]
+        # a batch is formed only after every member of the earlier batches has finished
+        assert (earlier.finish_s <= t + 1e-12).all()
+    assert req.groupby("first_scheduled_s").size().max() <= 4
+
+
+def test_round_robin_spreads_requests():
+    res = simulate(tiny_config(cluster={"replicas": 3}))
+    counts = res.requests.replica.value_counts().to_dict()
+    assert set(counts) == {0, 1, 2} and max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_same_seed_identical_summary_except_wall():
+    a = simulate(tiny_config(seed=7)).summary
+    b = simulate(tiny_config(seed=7)).summary
+    c = simulate(tiny_config(seed=8)).summary
+    for s in (a, b, c):
+        s["sim"].pop("wall_s")
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    assert json.dumps(a, sort_keys=True) != json.dumps(c, sort_keys=True)
+
+
+configs = st.fixed_dictionaries({
+    "scheduler": st.sampled_from(["vllm", "static"]),
+    "blocks": st.integers(40, 400),
+    "block_size": st.sampled_from([4, 16, 32]),
+    "replicas": st.integers(1, 3),
+    "rate": st.floats(0.5, 200.0),
+    "n": st.integers(1, 40),
+    "pmax": st.integers(1, 600),
+    "omax": st.integers(1, 80),
+    "max_seqs": st.integers(1, 16),
+    "budget": st.integers(64, 2048),
+    "seed": st.integers(0, 10_000),
+})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs)
+def test_invariants_on_random_small_configs(p):
+    cfg = load_config(tiny_config(
+        seed=p["seed"], cluster={"replicas": p["replicas"]},
+        scheduler={"name": p["scheduler"], "max_num_seqs": p["max_seqs"], "max_num_batched_tokens": p["budget"]},
+        kv={"num_gpu_blocks": p["blocks"], "block_size": p["block_size"]},
+        workload={"rate": p["rate"], "num_requests": p["n"], "prompt": {"kind": "uniform", "min": 1, "max": p["pmax"]},
+                  "output": {"kind": "uniform", "min": 1, "max": p["omax"]}}))
+    eng = Engine(cfg)
+    out = eng.run()
+    assert len(out.requests) == p["n"]
+    for r in out.requests:
+        # every arrived request completes, or is rejected with a reason
+        assert r.status.value in ("finished", "rejected")
+        if r.status.value == "rejected":
+            assert r.reject_reason
+        else:
+            # exactly its output tokens, in order: first token, then non-decreasing token times
+            assert r.num_generated == r.spec.output_tokens
+            assert r.spec.arrival_s <= r.first_scheduled_s <= r.first_token_s <= r.finish_s
+    steps_used = np.frombuffer(out.steps.kv_blocks_used, np.int32) if len(out.steps.kv_blocks_used) else []
+    assert all(u <= p["blocks"] for u in steps_used)
+    for rep in eng.replicas:
+        assert rep.kv.num_used == 0 and not rep.kv.tables  # all blocks back in the pool
+        assert sorted(rep.kv.pool._free) == list(range(p["blocks"]))
+    tokens = np.frombuffer(out.steps.num_tokens, np.int32) if len(out.steps.num_tokens) else np.zeros(0)
+    assert tokens.sum() >= sum(r.spec.prompt_tokens for r in out.requests if r.status.value == "finished")
