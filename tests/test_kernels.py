@@ -209,3 +209,13 @@ def test_campaign_script_cpu_mode(tmp_path):
     for root in (tmp_path / "profiles", tmp_path / "out" / "calibration" / "profiles"):
         folder = root / "cpu" / "llama-tiny"
         assert all((folder / f"{f}.csv").exists() for f in FAMILIES) and (folder / "meta.json").exists()
+
+
+def test_kernels_import_without_simulator_dependencies():
+    """The GPU image has torch, numpy, pyyaml only: kernels/ (and the sim modules it reads:
+    sim.catalog, sim.cost.ops) must import without simpy, pydantic, pandas, scipy, tqdm."""
+    code = ("import sys\n"
+            "for m in ('simpy', 'pydantic', 'pandas', 'scipy', 'tqdm', 'matplotlib', 'pyarrow'): sys.modules[m] = None\n"
+            "import kernels.profile, kernels.convert, kernels.collectives\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
