@@ -108,7 +108,7 @@ class Engine:
         self.requests.append(req)
         self.by_id[req.id] = req
         if spec.prompt_tokens + spec.output_tokens > ctx:
-            return self._reject(req, f"prompt {spec.prompt_tokens} + output {spec.output_tokens} tokens exceed "
+            return self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} tokens exceed "
                                      f"{self.model.id}'s context of {ctx}")
         loads = [ReplicaLoad(len(r.scheduler.waiting), len(r.scheduler.running), r.kv.num_used / r.kv.num_blocks)
                  for r in self.replicas] if self.cfg.cluster.router != "round_robin" else self.replicas
@@ -134,31 +134,36 @@ class Engine:
             r.num_computed = 0  # recompute: progress resets, generated tokens stay emitted
             r.preemptions += 1
             r.status = Status.WAITING
-        new, ctx = [], []
-        for rid, n in plan.num_new_tokens.items():
-            r = self.by_id[rid]
-            if r.first_scheduled_s is None:
-                r.first_scheduled_s = now
-            r.status = Status.RUNNING
-            new.append(n)
+        by_id = self.by_id
+        ctx = []
+        for rid in plan.num_new_tokens:
+            r = by_id[rid]
+            if r.status is not Status.RUNNING:
+                if r.first_scheduled_s is None:
+                    r.first_scheduled_s = now
+                r.status = Status.RUNNING
             ctx.append(r.num_computed)
+        new = plan.num_new_tokens.values()
         return BatchShape(tuple(new), tuple(ctx), plan.blocks_swapped_in, plan.blocks_swapped_out,
                           self.cfg.parallelism.tp, self.cfg.parallelism.pp)
 
     def complete_step(self, rep: Replica, plan: StepPlan, now: float) -> tuple[int, int]:
         """Advance every scheduled request; emit tokens; finish requests. Returns (prefill, decode) tokens."""
         prefill = decode = 0
-        itl = self.itl
+        itl, by_id = self.itl, self.by_id
         for rid, n in plan.num_new_tokens.items():
-            r = self.by_id[rid]
-            if n == 1 and r.num_generated and r.num_computed + 1 == r.num_tokens:
+            r = by_id[rid]
+            c = r.num_computed + n
+            r.num_computed = c
+            g = r.num_generated
+            if n == 1 and g:
                 decode += 1
             else:
                 prefill += n
-            r.num_computed += n
-            if r.num_computed < r.num_tokens:
+            if c < r.prompt_tokens + g:
                 continue
-            r.num_generated += 1
+            g += 1  # the step computed the last missing token: sample the next output token
+            r.num_generated = g
             if r.first_token_s is None:
                 r.first_token_s = now
             else:
@@ -167,7 +172,7 @@ class Engine:
                 if gap > r.max_itl_s:
                     r.max_itl_s = gap
             r.last_token_s = now
-            if r.num_generated >= r.spec.output_tokens:
+            if g >= r.output_tokens:
                 r.status = Status.FINISHED
                 r.finish_s = now
                 rep.scheduler.finish(r)

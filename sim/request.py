@@ -22,7 +22,7 @@ class Status(str, Enum):
 
 class Request:
     __slots__ = (
-        "spec", "id", "num_computed", "num_generated", "status", "replica", "first_scheduled_s",
+        "spec", "id", "prompt_tokens", "output_tokens", "num_computed", "num_generated", "status", "replica", "first_scheduled_s",
         "first_token_s", "last_token_s", "finish_s", "preemptions", "reject_reason", "cached_tokens",
         "max_itl_s",
     )
@@ -30,6 +30,8 @@ class Request:
     def __init__(self, spec: RequestSpec):
         self.spec = spec
         self.id = spec.id
+        self.prompt_tokens = spec.prompt_tokens  # copies of the spec's fields for the hot paths
+        self.output_tokens = spec.output_tokens  # ground truth: policies must not read it
         self.num_computed = 0
         self.num_generated = 0
         self.status = Status.WAITING
@@ -44,13 +46,9 @@ class Request:
         self.max_itl_s = 0.0
 
     @property
-    def prompt_tokens(self) -> int:
-        return self.spec.prompt_tokens
-
-    @property
     def num_tokens(self) -> int:
         """Tokens whose KV the request needs before it can sample its next token."""
-        return self.spec.prompt_tokens + self.num_generated
+        return self.prompt_tokens + self.num_generated
 
     @property
     def remaining(self) -> int:

@@ -40,8 +40,8 @@ def overrides_from_args(args) -> list[str]:
         v = getattr(args, key.replace(".", "__"), None)
         if v is None:
             continue
-        if trace and key == "workload.rate":
-            key = "workload.trace.rate"
+        if trace and key in ("workload.rate", "workload.num_requests"):
+            key = key.replace("workload.", "workload.trace.")
         sets.append(f"{key}={v}")
     return sets + list(args.sets)
 

@@ -71,7 +71,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
     rejected = req[req["status"] == "rejected"]
     reasons: dict[str, int] = {}
     for r in rejected["reject_reason"]:
-        key = r.split(";")[0] if r else "unknown"
+        key = r.split(":")[0] if r else "unknown"
         reasons[key] = reasons.get(key, 0) + 1
     sources = steps["cost_source"].value_counts().to_dict() if len(steps) else {}
     return {

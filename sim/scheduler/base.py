@@ -55,7 +55,7 @@ class Scheduler:
         """Why this policy can never serve ``req`` (None if it can)."""
         need = self.kv.blocks_for(req.spec.prompt_tokens + req.spec.output_tokens)
         if need > self.kv.num_blocks:
-            return (f"needs {need} KV blocks for {req.spec.prompt_tokens}+{req.spec.output_tokens} tokens; "
+            return (f"exceeds_kv_capacity: needs {need} KV blocks for {req.spec.prompt_tokens}+{req.spec.output_tokens} tokens; "
                     f"the replica has {self.kv.num_blocks}")
         return None
 
@@ -83,19 +83,25 @@ class Scheduler:
         plan.preempted.append(victim.id)
         plan.num_new_tokens.pop(victim.id, None)
 
-    def schedule_decodes(self, plan: StepPlan, victim_order=None) -> None:
-        """Give every running request its next token, preempting by recompute when blocks run
-        out. The victim is the last request in ``running`` (the most recently admitted under
-        FCFS), as in vLLM; a request that is itself the last one preempts itself."""
+    def schedule_decodes(self, plan: StepPlan) -> None:
+        """Give every running request its next token(s), preempting by recompute when blocks
+        run out. The victim is the last request in ``running`` (the most recently admitted
+        under FCFS), as in vLLM; a request that is itself the last one preempts itself."""
+        kv, out, running = self.kv, plan.num_new_tokens, self.running
+        tables, bs = kv.tables, kv.block_size
         i = 0
-        while i < len(self.running):
-            r = self.running[i]
-            n = r.remaining
-            while not self.kv.allocate(r.id, r.num_computed + n):
-                victim = self.running[-1]
-                self.preempt(victim, plan)
-                if victim is r:
-                    break
-            else:
-                plan.num_new_tokens[r.id] = n
-                i += 1
+        while i < len(running):
+            r = running[i]
+            total = r.prompt_tokens + r.num_generated
+            if total > len(tables[r.id]) * bs:  # needs a new block (the common case skips this)
+                while not kv.allocate(r.id, total):
+                    victim = running[-1]
+                    self.preempt(victim, plan)
+                    if victim is r:
+                        break
+                else:
+                    out[r.id] = total - r.num_computed
+                    i += 1
+                continue
+            out[r.id] = total - r.num_computed
+            i += 1

@@ -18,7 +18,7 @@ from sim.types import StepPlan
 class StaticScheduler(Scheduler):
     def reject_reason(self, req):
         if req.spec.prompt_tokens > self.knobs.max_num_batched_tokens:
-            return f"prompt of {req.spec.prompt_tokens} tokens exceeds max_num_batched_tokens {self.knobs.max_num_batched_tokens}"
+            return f"exceeds_token_budget: prompt of {req.spec.prompt_tokens} tokens exceeds max_num_batched_tokens {self.knobs.max_num_batched_tokens}"
         return super().reject_reason(req)
 
     def schedule(self, now: float) -> StepPlan:

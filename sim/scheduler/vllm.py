@@ -22,7 +22,7 @@ from sim.types import StepPlan
 class VLLMScheduler(Scheduler):
     def reject_reason(self, req):
         if req.spec.prompt_tokens > self.knobs.max_num_batched_tokens:
-            return (f"prompt of {req.spec.prompt_tokens} tokens exceeds max_num_batched_tokens "
+            return (f"exceeds_token_budget: prompt of {req.spec.prompt_tokens} tokens exceeds max_num_batched_tokens "
                     f"{self.knobs.max_num_batched_tokens} (whole-prompt prefill; use a chunked-prefill scheduler)")
         return super().reject_reason(req)
 
