@@ -140,7 +140,9 @@ class Engine:
             r = by_id[rid]
             if r.status is not Status.RUNNING:
                 if r.first_scheduled_s is None:
-                    r.first_scheduled_s = now
+                    # simpy adds the arrival's delay to the clock: keep an ulp of rounding from
+                    # putting the first schedule before the arrival
+                    r.first_scheduled_s = max(now, r.spec.arrival_s)
                 r.status = Status.RUNNING
             ctx.append(r.num_computed)
         new = plan.num_new_tokens.values()
