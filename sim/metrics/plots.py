@@ -36,6 +36,20 @@ def cdf(ax, values, label, unit_scale=1.0):
         ax.plot(v, np.arange(1, v.size + 1) / v.size, label=label, lw=1.6)
 
 
+def binned(steps: pd.DataFrame, cols, bins: int = 300):
+    """Per time bin, stats of step columns: (bin centres, {col: [nbins, 3] min/mean/max})."""
+    t = steps["start_s"].to_numpy()
+    if len(t) == 0:
+        return np.zeros(0), *[np.zeros((0, 3)) for _ in cols]
+    edges = np.linspace(t.min(), t.max() + 1e-9, min(bins, len(t)) + 1)
+    idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, len(edges) - 2)
+    frame = pd.DataFrame({c: steps[c].to_numpy() for c in cols})
+    frame["bin"] = idx
+    agg = frame.groupby("bin").agg(["min", "mean", "max"])
+    centres = (edges[:-1] + edges[1:])[agg.index.to_numpy()] / 2
+    return centres, *[agg[c].to_numpy() for c in cols]
+
+
 def plot_run(req: pd.DataFrame, steps: pd.DataFrame, out_dir: str | Path, title: str = "", slo=None) -> list[str]:
     """The standard figures of one run: TTFT and TPOT CDFs, E2E against arrival, batch size and
     KV usage over time, step-time breakdown."""
@@ -51,7 +65,8 @@ def plot_run(req: pd.DataFrame, steps: pd.DataFrame, out_dir: str | Path, title:
         if lim:
             ax.axvline(lim * 1e3, color="crimson", ls="--", lw=1, label=f"SLO {lim * 1e3:g} ms")
             ax.legend(loc="lower right")
-        ax.set_xlabel(f"{name} (ms)")
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{name} (ms, log scale)")
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{name} CDF")
     fig.suptitle(title, fontsize=10)
@@ -72,12 +87,13 @@ def plot_run(req: pd.DataFrame, steps: pd.DataFrame, out_dir: str | Path, title:
 
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 5.2), sharex=True)
     for rep, g in steps.groupby("replica"):
-        label = f"replica {rep}"
-        a1.plot(g["start_s"], g["batch_size"], lw=0.7, label=label)
-        a2.plot(g["start_s"], 100 * g["kv_usage"], lw=0.7, label=label)
-    a1.set_ylabel("sequences in step")
+        t, bs, kv = binned(g, ("batch_size", "kv_usage"))
+        line, = a1.plot(t, bs[:, 1], lw=1.0, label=f"replica {rep}")
+        a1.fill_between(t, bs[:, 0], bs[:, 2], color=line.get_color(), alpha=0.2, lw=0)
+        a2.plot(t, 100 * kv[:, 2], lw=1.0, color=line.get_color(), label=f"replica {rep}")
+    a1.set_ylabel("sequences per step\n(mean; band: min-max)")
     a1.set_title(f"Batch size and KV-cache usage over time {title}", fontsize=10)
-    a2.set_ylabel("KV blocks used (%)")
+    a2.set_ylabel("KV blocks used (%, max)")
     a2.set_xlabel("simulated time (s)")
     a2.set_ylim(0, 105)
     if steps["replica"].nunique() > 1 and steps["replica"].nunique() <= 8:

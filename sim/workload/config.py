@@ -148,9 +148,9 @@ class WorkloadConfig(_Strict):
     """
 
     arrival: Arrival = "poisson"
-    rate: float = Field(default=4.0, gt=0, description="mean requests per second")
+    rate: float = Field(default=12.0, gt=0, description="mean requests per second")
     cv: float = Field(default=1.0, gt=0, description="inter-arrival coefficient of variation (gamma)")
-    num_requests: int | None = Field(default=2000, ge=1)
+    num_requests: int | None = Field(default=3000, ge=1)
     duration_s: float | None = Field(default=None, gt=0, description="stop synthetic arrivals after this time")
     prompt: LengthDist = CONV_PROMPT
     output: LengthDist = CONV_OUTPUT
