@@ -1,0 +1,330 @@
+"""``plan``: the cheapest fleet that serves a model at a target rate within percentile SLOs.
+
+For every candidate (GPU, tensor-parallel degree, scheduler with its knobs):
+
+1. Skip it, saying why, when the model does not fit (``plan_memory`` raises) or ``tp`` does not
+   divide the attention heads.
+2. Find the per-replica capacity with the capacity search (one replica, the plan's seeds); the
+   sizing rate is its minimum over seeds.
+3. Replicas = ceil(rate / capacity); verify by simulating the fleet (round-robin router) at the
+   target rate for every seed, adding a replica while any seed misses an SLO (at most
+   ``max_extra_replicas`` times). A fleet is *verified* when its own simulation meets the SLOs.
+4. Cost: GPUs x $/GPU-hour from the hardware card's dated public price (or
+   ``cost.usd_per_gpu_hour``); $ per million output tokens in steady state at the target rate
+   (fleet $/hour over output tokens/hour = rate x mean output tokens per request x 3600);
+   headroom = capacity x replicas / rate - 1.
+
+Candidates are ranked: verified and priced first by $/hour (then p99 TTFT), then verified
+fleets whose GPU has no public price (cost unknown, never chosen as the cheapest), then the
+candidates that cannot meet the SLOs, then those that do not fit. The cheapest verified, priced
+fleet is written as a runnable ``config.yaml``. Every run goes through the sweep store, so a
+repeated or interrupted plan reuses what it already simulated.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from sim.catalog import get_hardware, get_model
+from sim.config import load_config
+from sim.cost.memory import plan_memory
+from sim.errors import CapacityError, ConfigError, ServesimError
+from sim.metrics.summary import price_of
+from sim.sweep.capacity import Capacity, SearchSettings, capacity_tasks, set_key, with_rate
+from sim.sweep.runner import Driver
+from sim.sweep.store import RunStore
+
+
+@dataclass(frozen=True)
+class Candidate:
+    hardware: str
+    tp: int
+    scheduler: str
+    knobs: tuple = ()  # ((key, value), ...)
+
+    @property
+    def label(self) -> str:
+        k = "".join(f" {a}={b}" for a, b in self.knobs)
+        return f"{self.hardware} tp{self.tp} {self.scheduler}{k}"
+
+    def apply(self, base: dict) -> dict:
+        cfg = set_key(set_key(base, "hardware", self.hardware), "parallelism.tp", self.tp)
+        cfg = set_key(cfg, "scheduler", {"name": self.scheduler, **dict(self.knobs)})
+        return set_key(cfg, "cluster.replicas", 1)
+
+
+def parse_schedulers(text: str) -> list[tuple[str, tuple]]:
+    """``vllm,static,vllm+max_num_seqs=64`` -> [(name, ((knob, value), ...)), ...]."""
+    out = []
+    for item in [t.strip() for t in text.split(",") if t.strip()]:
+        name, *knobs = item.split("+")
+        pairs = []
+        for kv in knobs:
+            if "=" not in kv:
+                raise ConfigError(f"--schedulers: knob {kv!r} of {item!r} must be key=value")
+            k, v = kv.split("=", 1)
+            pairs.append((k, yaml.safe_load(v)))
+        out.append((name, tuple(pairs)))
+    return out
+
+
+def fits(cfg: dict) -> str | None:
+    """Why this config cannot run (None when it can): tp vs heads, or memory."""
+    c = load_config(cfg)
+    model, hw = get_model(c.model), get_hardware(c.hardware)
+    tp = c.parallelism.tp
+    if model.num_attention_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
+        return f"tp={tp} does not divide {model.num_attention_heads} attention / {model.num_kv_heads} KV heads"
+    knobs = c.scheduler.knobs()
+    try:
+        plan_memory(model, hw, tp=tp, pp=c.parallelism.pp, dtype=c.dtype, kv_dtype=c.kv.dtype or c.dtype,
+                    block_size=c.kv.block_size, gpu_memory_utilization=c.kv.gpu_memory_utilization,
+                    max_num_batched_tokens=knobs.max_num_batched_tokens, max_num_seqs=knobs.max_num_seqs,
+                    runtime_overhead_gib=c.kv.runtime_overhead_gib, num_gpu_blocks=c.kv.num_gpu_blocks)
+    except CapacityError as e:
+        return f"does not fit: {str(e).split(':', 1)[1].split('. Raise')[0].strip()}"
+    return None
+
+
+def _fleet(cfg: dict, rate: float, replicas: int, seed: int) -> dict:
+    return set_key(set_key(with_rate(cfg, rate), "cluster.replicas", replicas), "seed", seed)
+
+
+def _verify(cfg: dict, rate: float, start: int, s: SearchSettings, max_extra: int):
+    """Generator task: the smallest fleet from ``start`` replicas meeting the SLOs on every seed."""
+    from sim.sweep.capacity import judge
+
+    why = ""
+    for n in range(start, start + max_extra + 1):
+        runs, ok = [], True
+        for seed in s.seeds:
+            res = yield _fleet(cfg, rate, n, seed)
+            good, why = judge(res.get("summary"), s) if res["status"] == "ok" else (False, res["error"].splitlines()[0])
+            runs.append(res)
+            if not good:
+                ok = False
+                break
+        if ok:
+            return {"replicas": n, "verified": True, "runs": runs, "why": "meets the SLOs"}
+    return {"replicas": n, "verified": False, "runs": runs, "why": why}
+
+
+@dataclass
+class PlanResult:
+    table: pd.DataFrame
+    chosen: dict | None
+    meta: dict
+    out: Path
+    files: list = field(default_factory=list)
+
+
+def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers: list[tuple[str, tuple]],
+         settings: SearchSettings, out: str | Path, base: dict | None = None, workers: int = 1,
+         backend: str = "local", address: str | None = None, max_extra_replicas: int = 3,
+         progress: bool | None = None) -> PlanResult:
+    """Search the candidates and write plan.parquet, plan.md, plan.json, config.yaml, figures."""
+    t0 = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    base = set_key(dict(base or {}), "model", model)
+    base = set_key(set_key(base, "slo.ttft_s", settings.ttft_p99_s), "slo.tpot_s", settings.tpot_p99_s)
+    load_config(base)  # fail early, naming the key, on a bad base
+    cands = [Candidate(g, tp, name, knobs) for g in gpus for tp in tps for name, knobs in schedulers]
+    skipped, live = {}, []
+    for c in cands:
+        try:
+            why = fits(c.apply(base))
+        except ServesimError as e:
+            why = str(e)
+        if why:
+            skipped[c] = why
+        else:
+            live.append(c)
+    store = RunStore(out)
+    # one driver pass for every capacity search, then one for every verification
+    d1 = Driver(store, backend, workers, address, progress, desc="capacity probes")
+    searches = {}
+    for i, c in enumerate(live):
+        searches.update(capacity_tasks(c.apply(base), settings, tag=(i,)))
+    res = d1.run(searches)
+    caps = {c: Capacity([res[(i, seed)] for seed in settings.seeds], settings) for i, c in enumerate(live)}
+    d2 = Driver(store, backend, workers, address, progress, desc="fleet checks")
+    checks = {i: _verify(c.apply(base), rate, max(1, math.ceil(rate / caps[c].min)), settings, max_extra_replicas)
+              for i, c in enumerate(live) if caps[c].min > 0}
+    ver = d2.run(checks)
+
+    rows = []
+    for i, c in enumerate(cands):
+        row = {"candidate": c.label, "hardware": c.hardware, "tp": c.tp, "scheduler": c.scheduler,
+               "knobs": ",".join(f"{a}={b}" for a, b in c.knobs)}
+        cfg = load_config(c.apply(base)) if c not in skipped else None
+        price, source = price_of(cfg) if cfg is not None else price_of(load_config(set_key(base, "hardware", c.hardware)))
+        row.update({"usd_per_gpu_hour": price, "price_source": source})
+        if c in skipped:
+            rows.append({**row, "status": "does not fit", "note": skipped[c]})
+            continue
+        cap = caps[c]
+        row.update({"capacity_rps_min": cap.min, "capacity_rps_mean": cap.mean, "capacity_rps_max": cap.max,
+                    "capacity_limit": cap.per_seed[0].reason})
+        j = live.index(c)
+        if j not in ver:
+            rows.append({**row, "status": "SLO unreachable", "note": cap.per_seed[0].reason})
+            continue
+        v = ver[j]
+        n = v["replicas"]
+        sums = [r["summary"] for r in v["runs"] if r.get("summary")]
+        gpus_n = n * c.tp
+        row.update({"replicas": n, "gpus": gpus_n, "headroom": cap.min * n / rate - 1, "verified": v["verified"]})
+        if sums:
+            row.update({
+                "ttft_p99_s": sum(s["ttft_s"]["p99"] for s in sums) / len(sums),
+                "tpot_p99_s": sum((s["tpot_s"]["p99"] or 0.0) for s in sums) / len(sums),
+                "e2e_p99_s": sum(s["e2e_s"]["p99"] for s in sums) / len(sums),
+                "slo_attainment": sum(s["goodput"]["slo_attainment"] for s in sums) / len(sums),
+                "cost_model": sums[0]["sim"]["cost_model"],
+            })
+            s0 = sums[0]
+            out_tok = s0["throughput"]["output_tokens_per_s"] * s0["sim"]["makespan_s"]
+            mean_out = out_tok / max(1, s0["requests"]["completed"])
+            row["mean_output_tokens"] = mean_out
+        row["profiled"] = row.get("cost_model") == "profiled"
+        if price is not None:
+            row["usd_per_hour"] = gpus_n * price
+            if row.get("mean_output_tokens"):
+                row["usd_per_million_output_tokens"] = row["usd_per_hour"] / (rate * row["mean_output_tokens"] * 3600) * 1e6
+        if not v["verified"]:
+            status, note = "fleet misses SLOs", f"{n} replicas: {v['why']}"
+        elif price is None:
+            status, note = "cost unknown", source
+        else:
+            status, note = "ok", ""
+        if row.get("cost_model") and not row["profiled"]:
+            note = (note + "; " if note else "") + f"unprofiled hardware ({row['cost_model']} cost model)"
+        rows.append({**row, "status": status, "note": note, "_fleet": _fleet(c.apply(base), rate, n, settings.seeds[0])})
+
+    order = {"ok": 0, "cost unknown": 1, "fleet misses SLOs": 2, "SLO unreachable": 3, "does not fit": 4}
+    table = pd.DataFrame(rows)
+    for col in ("usd_per_hour", "ttft_p99_s"):
+        if col not in table:
+            table[col] = float("nan")
+    table["_order"] = table["status"].map(order)
+    table = table.sort_values(["_order", "usd_per_hour", "ttft_p99_s", "candidate"], na_position="last",
+                              kind="stable").drop(columns="_order").reset_index(drop=True)
+    table.insert(0, "rank", range(1, len(table) + 1))
+    fleets = table.pop("_fleet") if "_fleet" in table else pd.Series([None] * len(table))
+    chosen = None
+    if len(table) and table.loc[0, "status"] == "ok":
+        chosen = table.loc[0].to_dict()
+        fleet_cfg = load_config(fleets.iloc[0]).to_dict()
+        (out / "config.yaml").write_text(
+            "# servesim plan: the cheapest fleet meeting the SLOs (run it: servesim run config.yaml)\n"
+            + yaml.safe_dump(fleet_cfg, sort_keys=False))
+    table["chosen"] = [i == 0 and chosen is not None for i in range(len(table))]
+    table.to_parquet(out / "plan.parquet", index=False)
+    prices = {}
+    for g in gpus:
+        p, src = price_of(load_config(set_key(base, "hardware", g)))
+        prices[g] = {"usd_per_gpu_hour": p, "source": src}
+    meta = {
+        "kind": "plan", "model": model, "rate": rate, "slo": {"ttft_p99_s": settings.ttft_p99_s, "tpot_p99_s": settings.tpot_p99_s},
+        "settings": asdict(settings), "gpus": gpus, "tps": tps, "schedulers": [s[0] + "".join(f"+{a}={b}" for a, b in s[1]) for s in schedulers],
+        "prices": prices, "candidates": len(cands), "skipped": len(skipped),
+        "runs": {"reused": d1.counts.reused + d2.counts.reused, "run": d1.counts.run + d2.counts.run,
+                 "failed": d1.counts.failed + d2.counts.failed},
+        "wall_s": time.perf_counter() - t0, "chosen": _jsonable(chosen), "backend": backend, "workers": workers,
+        "capacity": {c.label: caps[c].as_dict()["rps"] for c in live},
+    }
+    (out / "plan.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    md = plan_markdown(table, meta)
+    (out / "plan.md").write_text(md)
+    files = plot_pareto(table, out / "figures", title=f"{model} at {rate:g} req/s")
+    return PlanResult(table, chosen, meta, out, files)
+
+
+def _jsonable(d):
+    if d is None:
+        return None
+    return {k: (None if isinstance(v, float) and math.isnan(v) else (v.item() if hasattr(v, "item") else v)) for k, v in d.items()}
+
+
+def _fmt(v, spec: str = ".2f") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return format(v, spec)
+
+
+def plan_markdown(table: pd.DataFrame, meta: dict) -> str:
+    slo = meta["slo"]
+    lines = [f"# Fleet plan: {meta['model']} at {meta['rate']:g} req/s",
+             "", f"SLOs: p99 TTFT <= {slo['ttft_p99_s']:g} s, p99 TPOT <= {slo['tpot_p99_s'] * 1e3:g} ms, every request completed.",
+             "", "Prices ($/GPU-hour, source and date):", ""]
+    for g, p in meta["prices"].items():
+        lines.append(f"- {g}: {_fmt(p['usd_per_gpu_hour'])} ({p['source']})")
+    ch = meta.get("chosen")
+    lines += ["", (f"**Cheapest fleet**: {int(ch['replicas'])} x {ch['candidate']} = {int(ch['gpus'])} GPUs, "
+                   f"${ch['usd_per_hour']:.2f}/hour, headroom {100 * ch['headroom']:.0f}%"
+                   if ch else "**No fleet meets the SLOs at a known price.**"), "",
+              "| rank | candidate | status | capacity/replica (min / mean / max req/s) | replicas | GPUs | $/GPU-h | $/hour | $/M out tok | headroom | p99 TTFT (ms) | p99 TPOT (ms) | cost model | note |",
+              "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in table.to_dict("records"):
+        cap = "-" if pd.isna(r.get("capacity_rps_min", float("nan"))) else \
+            f"{r['capacity_rps_min']:.3g} / {r['capacity_rps_mean']:.3g} / {r['capacity_rps_max']:.3g}"
+        pct = lambda v: "-" if v is None or pd.isna(v) else f"{100 * v:.0f}%"  # noqa: E731
+        ms = lambda v: "-" if v is None or pd.isna(v) else f"{1e3 * v:.0f}"  # noqa: E731
+        lines.append(f"| {r['rank']} | {r['candidate']} | {r['status']} | {cap} | {_fmt(r.get('replicas'), '.0f')} | "
+                     f"{_fmt(r.get('gpus'), '.0f')} | {_fmt(r.get('usd_per_gpu_hour'))} | {_fmt(r.get('usd_per_hour'))} | "
+                     f"{_fmt(r.get('usd_per_million_output_tokens'))} | {pct(r.get('headroom'))} | {ms(r.get('ttft_p99_s'))} | "
+                     f"{ms(r.get('tpot_p99_s'))} | {r.get('cost_model') if isinstance(r.get('cost_model'), str) else '-'} | "
+                     f"{(r.get('note') or '').replace('|', '/')} |")
+    lines += ["", f"{meta['candidates']} candidates, {meta['skipped']} skipped; runs: {meta['runs']['reused']} reused, "
+              f"{meta['runs']['run']} run, {meta['runs']['failed']} failed; {meta['wall_s']:.1f} s.", ""]
+    return "\n".join(lines)
+
+
+def pareto_front(cost, latency) -> list[int]:
+    """Indices of the points no other point beats on both cost and latency (lower is better)."""
+    pts = sorted(range(len(cost)), key=lambda i: (cost[i], latency[i]))
+    front, best = [], math.inf
+    for i in pts:
+        if latency[i] < best:
+            front.append(i)
+            best = latency[i]
+    return front
+
+
+def plot_pareto(table: pd.DataFrame, out: Path, title: str = "") -> list[str]:
+    """Cost ($/hour) against p99 TTFT and p99 TPOT of every verified, priced fleet; the front joined."""
+    from sim.metrics.plots import _plt, save
+
+    plt = _plt()
+    ok = table[(table["status"] == "ok")] if "status" in table else table.iloc[0:0]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, col, name in ((axes[0], "ttft_p99_s", "p99 TTFT (ms)"), (axes[1], "tpot_p99_s", "p99 TPOT (ms)")):
+        if len(ok) and col in ok:
+            x = ok["usd_per_hour"].to_numpy(float)
+            y = ok[col].to_numpy(float) * 1e3
+            for hw, g in ok.groupby("hardware"):
+                ax.scatter(g["usd_per_hour"], g[col] * 1e3, s=28, label=hw, alpha=0.8)
+            front = pareto_front(list(x), list(y))
+            ax.plot(x[front], y[front], color="black", lw=1, ls="--", label="Pareto front")
+            for i in front:
+                r = ok.iloc[i]
+                ax.annotate(f"{int(r['replicas'])}x {r['hardware']} tp{int(r['tp'])} {r['scheduler']}", (x[i], y[i]),
+                            fontsize=7, xytext=(4, 4), textcoords="offset points")
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no verified fleet with a known price", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlabel("fleet cost ($/hour)")
+        ax.set_ylabel(name)
+    unknown = int((table["status"] == "cost unknown").sum()) if "status" in table else 0
+    note = f" ({unknown} fleets with unknown price not shown)" if unknown else ""
+    fig.suptitle(f"Cost against latency: {title}{note}", fontsize=10)
+    files = save(fig, out, "pareto")
+    plt.close(fig)
+    return files

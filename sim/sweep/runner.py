@@ -1,0 +1,232 @@
+"""Run many simulations: a driver that feeds one of three backends and keeps the store.
+
+- ``inline``: the current process, one run at a time (``workers=1``; tests, notebooks).
+- ``local``: a ``concurrent.futures.ProcessPoolExecutor`` with the ``spawn`` start method (the
+  worker is a top-level function of plain values, so it is spawn-safe on every platform).
+- ``ray``: ``@ray.remote`` tasks on ``ray.init(address=...)`` or on a local Ray started here.
+  Workers return values; only the driver writes the store, so a cluster needs no shared disk
+  (workers do need this package installed, or a ``runtime_env``).
+
+Callers hand the driver *tasks*: generators that yield config dicts and receive each run's
+result (``{"key", "status": "ok"|"error", "summary", "error"}``), and return their own answer.
+A sweep's task yields one config; a capacity search yields one probe after another. The driver
+resolves each config, answers from the store when the run is already there (reused), merges
+identical runs in flight, and otherwise submits it (run); failed runs are stored with their
+error and do not stop the others.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+from collections import deque
+from collections.abc import Generator
+from dataclasses import dataclass, field
+
+from sim.sweep.store import RunStore, config_key, resolve
+
+Task = Generator[dict, dict, object]
+
+
+def execute(config: dict) -> dict:
+    """Run one resolved config (in a worker). Returns plain values only."""
+    try:
+        from sim.api import simulate
+
+        res = simulate(config, plots=False, progress=False)
+        done = res.requests[res.requests["status"] == "finished"]
+        lat = {c: done[c].to_numpy() for c in ("ttft_s", "tpot_s", "e2e_s")}
+        return {"status": "ok", "summary": res.summary, "error": None, "latency": lat}
+    except Exception as e:  # recorded, never fatal to the sweep
+        msg = f"{type(e).__name__}: {e}\n\n{traceback.format_exc()}"
+        return {"status": "error", "summary": None, "error": msg, "latency": None}
+
+
+# ------------------------------------------------------------------------------- backends
+
+
+class InlineBackend:
+    def __init__(self):
+        self._done: deque = deque()
+
+    def submit(self, key: str, config: dict) -> None:
+        self._done.append((key, execute(config)))
+
+    def next_done(self) -> tuple[str, dict]:
+        return self._done.popleft()
+
+    def close(self) -> None:
+        pass
+
+
+class LocalBackend:
+    def __init__(self, workers: int):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        self.futures: dict = {}
+
+    def submit(self, key: str, config: dict) -> None:
+        self.futures[self.pool.submit(execute, config)] = key
+
+    def next_done(self) -> tuple[str, dict]:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        done, _ = wait(list(self.futures), return_when=FIRST_COMPLETED)
+        fut = next(iter(done))
+        key = self.futures.pop(fut)
+        try:
+            return key, fut.result()
+        except Exception as e:  # a worker process died (killed, out of memory)
+            return key, {"status": "error", "summary": None, "error": f"worker failed: {type(e).__name__}: {e}",
+                         "latency": None}
+
+    def close(self) -> None:
+        for f in self.futures:
+            f.cancel()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RayBackend:
+    def __init__(self, workers: int, address: str | None):
+        try:
+            import ray
+        except ImportError:
+            from sim.errors import ServesimError
+
+            raise ServesimError('--backend ray needs Ray: pip install "servesim[ray]"') from None
+        self.ray = ray
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        self.remote = ray.remote(num_cpus=1)(execute)
+        self.refs: dict = {}
+
+    def submit(self, key: str, config: dict) -> None:
+        self.refs[self.remote.remote(config)] = key
+
+    def next_done(self) -> tuple[str, dict]:
+        (ref,), _ = self.ray.wait(list(self.refs), num_returns=1)
+        key = self.refs.pop(ref)
+        try:
+            return key, self.ray.get(ref)
+        except Exception as e:  # the task or its worker died
+            return key, {"status": "error", "summary": None, "error": f"ray task failed: {e}", "latency": None}
+
+    def close(self) -> None:
+        for ref in self.refs:
+            self.ray.cancel(ref)
+
+
+def make_backend(backend: str = "local", workers: int = 1, address: str | None = None):
+    if backend == "ray":
+        return RayBackend(workers, address)
+    if backend != "local":
+        from sim.errors import ServesimError
+
+        raise ServesimError(f"unknown backend {backend!r} (local or ray)")
+    return InlineBackend() if workers <= 1 else LocalBackend(workers)
+
+
+# ------------------------------------------------------------------------------- driver
+
+
+@dataclass
+class Counts:
+    reused: int = 0
+    run: int = 0
+    failed: int = 0
+    keys: list = field(default_factory=list)
+
+    def line(self) -> str:
+        return f"{self.reused} reused, {self.run} run, {self.failed} failed"
+
+
+class Driver:
+    """Runs tasks to completion over a backend, through the store."""
+
+    def __init__(self, store: RunStore, backend="local", workers: int = 1, address: str | None = None,
+                 progress: bool | None = None, desc: str = "runs", total: int | None = None):
+        self.store = store
+        self.backend_spec = (backend, workers, address)
+        self.counts = Counts()
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.desc, self.total = desc, total
+
+    def run(self, tasks: dict[object, Task]) -> dict:
+        backend = make_backend(*self.backend_spec)
+        results: dict = {}
+        inflight: dict[str, list] = {}
+        configs: dict[str, dict] = {}
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=self.total, desc=self.desc, unit="run", leave=False, mininterval=0.5)
+
+        def advance(name, value) -> None:
+            gen = tasks[name]
+            while True:
+                try:
+                    cfg = gen.send(value)
+                except StopIteration as stop:
+                    results[name] = stop.value
+                    return
+                try:
+                    resolved = resolve(cfg)
+                except Exception as e:  # an invalid config is a failed run, not a crash
+                    resolved = cfg
+                    key = config_key(cfg)
+                    value = {"key": key, "status": "error", "summary": None, "error": f"{type(e).__name__}: {e}"}
+                    self._record(key, resolved, value, bar)
+                    continue
+                key = config_key(resolved)
+                hit = self.store.get(key)
+                if hit is not None:
+                    self.counts.reused += 1
+                    self.counts.keys.append(key)
+                    if bar is not None:
+                        bar.update(1)
+                    value = hit
+                    continue
+                if key in inflight:
+                    inflight[key].append(name)
+                    return
+                inflight[key] = [name]
+                configs[key] = resolved
+                backend.submit(key, resolved)
+                return
+
+        try:
+            for name in list(tasks):
+                advance(name, None)
+            while inflight:
+                key, result = backend.next_done()
+                result = {"key": key, **result}
+                self._record(key, configs.pop(key), result, bar)
+                result.pop("latency", None)
+                for name in inflight.pop(key):
+                    advance(name, result)
+        finally:
+            backend.close()
+            if bar is not None:
+                bar.close()
+        return results
+
+    def _record(self, key: str, config: dict, result: dict, bar) -> None:
+        self.store.put(key, config, result)
+        self.counts.keys.append(key)
+        if result["status"] == "ok":
+            self.counts.run += 1
+        else:
+            self.counts.failed += 1
+        if bar is not None:
+            bar.update(1)
+
+
+def one_run(config: dict) -> Task:
+    """The task of a single run: yields its config, returns its result."""
+    result = yield config
+    return result
