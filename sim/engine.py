@@ -68,8 +68,11 @@ class Replica:
 
 
 class Engine:
-    def __init__(self, cfg: Config, progress=None):
+    def __init__(self, cfg: Config, progress=None, record_plans: bool = False):
         self.cfg = cfg
+        # record_plans: keep each step's (replica, start_s, request ids, BatchShape) in
+        # ``self.plans`` (the real replay of calibration/ executes them); off by default.
+        self.plans: list | None = [] if record_plans else None
         self.model = get_model(cfg.model)
         self.hw = get_hardware(cfg.hardware)
         knobs = cfg.scheduler.knobs()
@@ -213,6 +216,8 @@ class Engine:
             start = env.now
             shape = self.commit_plan(rep, plan, start)
             st = cost.step_time(shape)
+            if self.plans is not None:
+                self.plans.append((rep.idx, start, tuple(plan.num_new_tokens), shape))
             yield env.timeout(st.total)
             prefill, decode = self.complete_step(rep, plan, env.now)
             log.replica.append(rep.idx)

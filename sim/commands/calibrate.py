@@ -1,0 +1,44 @@
+"""``servesim fit`` and ``servesim validate``: profiles -> fitted tables; validation against
+measurements (docs/calibration.md). ``fit`` needs numpy only; ``validate`` needs torch and is
+imported only when it runs."""
+from __future__ import annotations
+
+from sim.errors import ServesimError
+
+
+def register(sub) -> None:
+    from calibration.fit import add_arguments as fit_args
+
+    p = sub.add_parser("fit", help="fit profile CSVs into the tables the simulator loads (numpy only)",
+                       description="Fit profile CSVs into tables, held-out points and roofline factors.")
+    fit_args(p)
+    p.set_defaults(func=run_fit)
+    from calibration.validate import add_arguments as val_args
+
+    v = sub.add_parser("validate", help="validate fitted tables: held-out kernels and a real replay (needs torch)",
+                       description="Held-out kernel error and a real PyTorch replay of simulated step plans.")
+    val_args(v)
+    v.set_defaults(func=run_validate)
+
+
+def run_fit(args) -> int:
+    from calibration.fit import FitError, run
+
+    try:
+        return run(args)
+    except FitError as e:
+        raise ServesimError(str(e)) from None
+
+
+def run_validate(args) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ServesimError("servesim validate needs PyTorch: pip install 'servesim[torch]'") from None
+    from calibration.validate import ValidateError, run
+
+    try:
+        run(args)
+    except ValidateError as e:
+        raise ServesimError(str(e)) from None
+    return 0

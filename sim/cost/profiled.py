@@ -1,0 +1,260 @@
+"""Profiled cost model: per-operator table lookups from fitted profiles (DESIGN.md sections 6, 7).
+
+A fitted folder ``<root>/<hardware>/<model>/`` (written by ``servesim fit``, see
+docs/calibration.md) holds ``tables.npz`` (one table per (family, dtype, tp, op): sorted grid
+axes and times in seconds), ``roofline_params.json`` (this device's fitted efficiency factors)
+and, once ``servesim validate`` has run on the device, ``overhead.json`` (the measured host-side
+overhead per step and per sequence). Loading needs numpy only.
+
+Lookups interpolate piecewise linearly in log(time) over log(tokens) (1-D tables: GEMM,
+elementwise, sampling, collectives) or bilinearly over two log axes (attention prefill:
+chunk x context; attention decode: batch x longest context). A query outside the measured grid
+is **never extrapolated from the table**: it is clamped to the nearest grid point and the
+table's time there is scaled by the roofline's ratio between the query and that boundary point
+(so a GEMM of twice the largest profiled token count costs about twice as much, as the
+roofline says). Every such query is counted in ``_oor`` and reported as
+``summary.json`` ``sim.out_of_range_queries``. An operator, tp or dtype without a table falls
+back to the roofline with this device's fitted efficiency factors.
+
+Decode attention is keyed by the longest context of the decode batch because the profiled
+kernel (and the real replay) is a padded paged-attention reference: a batch pays for its
+longest sequence. ``step_time`` records that length before composing the step.
+"""
+from __future__ import annotations
+
+import json
+import math
+from bisect import bisect_right
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+
+from sim.cost.roofline import RooflineCostModel, RooflineParams
+from sim.types import BatchShape, StepTime
+
+TABLES_FILE = "tables.npz"
+SEP = "|"
+
+
+def table_key(family: str, dtype: str, tp: int, op: str) -> str:
+    return SEP.join((family, dtype, str(tp), op))
+
+
+def _axis(v: float, log1p: bool) -> float:
+    return math.log1p(v) if log1p else math.log(max(v, 1e-30))
+
+
+def _bracket(xs: list[float], x: float) -> tuple[int, float]:
+    """Index i and weight w so that x = (1-w) xs[i] + w xs[i+1]; x must lie inside xs."""
+    if len(xs) == 1:
+        return 0, 0.0
+    i = min(max(bisect_right(xs, x) - 1, 0), len(xs) - 2)
+    span = xs[i + 1] - xs[i]
+    return i, (x - xs[i]) / span if span else 0.0
+
+
+class Table:
+    """A 1-D or 2-D table of log times over log axes (axis values as profiled)."""
+
+    def __init__(self, x: np.ndarray, t: np.ndarray, y: np.ndarray | None = None,
+                 x_log1p: bool = False, y_log1p: bool = False):
+        self.x = [float(v) for v in x]
+        self.y = None if y is None else [float(v) for v in y]
+        self.x_log1p, self.y_log1p = x_log1p, y_log1p
+        self.lx = [_axis(v, x_log1p) for v in self.x]
+        self.ly = None if y is None else [_axis(v, y_log1p) for v in self.y]
+        lt = np.log(np.asarray(t, dtype=float))
+        self.lt = lt.tolist()
+
+    def clamp(self, x: float, y: float | None = None) -> tuple[float, float | None, bool]:
+        cx = min(max(x, self.x[0]), self.x[-1])
+        out = cx != x
+        cy = None
+        if self.y is not None:
+            cy = min(max(y, self.y[0]), self.y[-1])
+            out = out or cy != y
+        return cx, cy, out
+
+    def __call__(self, x: float, y: float | None = None) -> float:
+        """Seconds at an in-range point (callers clamp first)."""
+        i, w = _bracket(self.lx, _axis(x, self.x_log1p))
+        if self.y is None:
+            lt = self.lt
+            v = lt[i] if w == 0.0 else (1 - w) * lt[i] + w * lt[i + 1]
+            return math.exp(v)
+        j, u = _bracket(self.ly, _axis(y, self.y_log1p))
+        lt = self.lt
+        i2 = min(i + 1, len(self.lx) - 1)
+        j2 = min(j + 1, len(self.ly) - 1)
+        a = (1 - u) * lt[i][j] + u * lt[i][j2]
+        b = (1 - u) * lt[i2][j] + u * lt[i2][j2]
+        return math.exp((1 - w) * a + w * b)
+
+
+def load_tables(path: str | Path) -> dict[str, Table]:
+    """Every table of a fitted folder's ``tables.npz``, by ``table_key``."""
+    out: dict[str, Table] = {}
+    with np.load(Path(path) / TABLES_FILE) as z:
+        names = {k.rsplit(SEP, 1)[0] for k in z.files}
+        for name in names:
+            g = lambda a: z[f"{name}{SEP}{a}"] if f"{name}{SEP}{a}" in z.files else None  # noqa: E731
+            flags = g("log1p")
+            xl, yl = (bool(flags[0]), bool(flags[1])) if flags is not None else (False, False)
+            out[name] = Table(g("x"), g("t"), g("y"), xl, yl)
+    return out
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def fitted_params(folder: Path, base: RooflineParams | None = None) -> RooflineParams:
+    """The device's roofline factors: fitted ones, overhead measured by validate, else ``base``."""
+    base = base or RooflineParams()
+    names = {f.name for f in fields(RooflineParams)}
+    vals = base.as_dict()
+    for fname in ("roofline_params.json", "overhead.json"):
+        data = _read_json(folder / fname)
+        vals.update({k: float(v) for k, v in data.get("params", data).items() if k in names and v is not None})
+    return RooflineParams(**vals)
+
+
+class ProfiledCostModel(RooflineCostModel):
+    """The roofline with each profiled operator replaced by a table lookup (see module doc)."""
+
+    source = "profiled"
+
+    def __init__(self, model, hw, tables: dict[str, Table], **kw):
+        super().__init__(model, hw, **kw)
+        self.tables = tables
+        self._dec_max = 0
+        self._attn_cache: dict = {}
+
+    # ------------------------------------------------------------------ lookup core
+    def _table(self, family: str, op: str, tp: int | None = None) -> Table | None:
+        return self.tables.get(table_key(family, self.dtype, self.tp if tp is None else tp, op))
+
+    def _lookup(self, tab: Table, roof, x: float, y: float | None = None) -> float:
+        """Table time at (x, y); outside the grid, boundary time x roofline(query)/roofline(boundary)."""
+        cx, cy, out = tab.clamp(x, y)
+        t = tab(cx, cy)
+        if out:
+            self._oor += 1
+            rb = roof(cx, cy)
+            if rb > 0:
+                t *= roof(x, y) / rb
+        return t
+
+    # ------------------------------------------------------------------ operators
+    def gemm(self, op: str, m: int) -> float:
+        tab = self._table("gemm", op)
+        if tab is None or m <= 0:
+            return super().gemm(op, m)
+        return self._lookup(tab, lambda a, _b: RooflineCostModel.gemm(self, op, max(1, round(a))), m)
+
+    def moe(self, tokens: int) -> float:
+        up, down = self._table("gemm", "expert_gate_up"), self._table("gemm", "expert_down")
+        if up is None or down is None:
+            return super().moe(tokens)  # per-expert gemm() lookups would mis-key the grouped rows
+        roof = lambda a, _b: RooflineCostModel.moe(self, max(1, round(a)))  # noqa: E731
+        return self._lookup(up, roof, tokens) + self._lookup(down, roof, tokens)
+
+    def attn_prefill(self, chunks: list[tuple[int, int]]) -> float:
+        tab = self._table("attn_prefill", "")
+        if tab is None:
+            return super().attn_prefill(chunks)
+        total = 0.0
+        cache = self._attn_cache
+        for q, c in chunks:
+            hit = cache.get((q, c))
+            if hit is None:
+                oor0 = self._oor
+                roof = lambda a, b: RooflineCostModel.attn_prefill(self, [(max(1, round(a)), round(b))])  # noqa: E731
+                hit = (self._lookup(tab, roof, q, c), self._oor - oor0)
+                cache[(q, c)] = hit
+            else:
+                self._oor += hit[1]
+            total += hit[0]
+        return total
+
+    def attn_decode(self, num_seqs: int, kv_tokens: int) -> float:
+        tab = self._table("attn_decode", "")
+        if tab is None or not num_seqs:
+            return super().attn_decode(num_seqs, kv_tokens)
+        longest = self._dec_max or -(-kv_tokens // num_seqs)
+        roof = lambda a, b: RooflineCostModel.attn_decode(self, max(1, round(a)), max(1, round(a)) * b)  # noqa: E731
+        return self._lookup(tab, roof, num_seqs, longest)
+
+    def elementwise(self, op: str, tokens: int) -> float:
+        tab = self._table("elementwise", op)
+        if tab is None or tokens <= 0:
+            return super().elementwise(op, tokens)
+        return self._lookup(tab, lambda a, _b: RooflineCostModel.elementwise(self, op, max(1, round(a))), tokens)
+
+    def sampling(self, num_seqs: int) -> float:
+        tab = self._table("sampling", "random") or self._table("sampling", "greedy")
+        if tab is None or num_seqs <= 0:
+            return super().sampling(num_seqs)
+        return self._lookup(tab, lambda a, _b: RooflineCostModel.sampling(self, max(1, round(a))), num_seqs)
+
+    def collective(self, op: str, nbytes: float, world: int) -> float:
+        tab = self._table("collective", op, tp=world)
+        if tab is None or world <= 1 or nbytes <= 0:
+            return super().collective(op, nbytes, world)
+        return self._lookup(tab, lambda a, _b: RooflineCostModel.collective(self, op, a, world), nbytes)
+
+    # ------------------------------------------------------------------ composition
+    def step_time(self, shape: BatchShape) -> StepTime:
+        self._dec_max = max((c + 1 for q, c in zip(shape.new_tokens, shape.context_lens) if q == 1), default=0)
+        return super().step_time(shape)
+
+
+# ---------------------------------------------------------------------- discovery
+
+def shipped_root() -> Path | None:
+    """``calibration/fitted`` of the installed ``calibration`` package (torch-free import)."""
+    try:
+        import calibration
+    except ImportError:
+        return None
+    return Path(calibration.__file__).parent / "fitted"
+
+
+def find_fitted(hardware_id: str, model_id: str, profiles_dir: str | Path | None = None) -> Path | None:
+    """The fitted folder for (hardware, model): under ``profiles_dir`` (a fitted root, or the
+    (hardware, model) folder itself) when given, else the shipped ``calibration/fitted``."""
+    roots = [Path(profiles_dir)] if profiles_dir else []
+    if not profiles_dir:
+        r = shipped_root()
+        if r is not None:
+            roots.append(r)
+    for root in roots:
+        for cand in (root / hardware_id / model_id, root):
+            if (cand / TABLES_FILE).is_file():
+                meta = _read_json(cand / "meta.json")
+                if cand == root and (meta.get("hardware_id"), meta.get("model")) != (hardware_id, model_id):
+                    continue
+                return cand
+    return None
+
+
+def load_profiled_cost_model(model, hw, *, params: RooflineParams | None = None, profiles_dir=None,
+                             required: bool = False, tp: int = 1, pp: int = 1, dtype: str = "bf16",
+                             kv_dtype: str | None = None, block_size: int = 16) -> ProfiledCostModel | None:
+    """A ProfiledCostModel when fitted tables for (hardware, model, dtype) exist, else None.
+
+    The device's fitted efficiency factors and measured overhead replace ``params`` (they describe
+    this device); they price the operators the profile lacks and the out-of-range scaling.
+    """
+    folder = find_fitted(hw.id, model.id, profiles_dir)
+    if folder is None:
+        return None
+    tables = load_tables(folder)
+    if not any(k.split(SEP)[1] == dtype for k in tables):
+        return None
+    return ProfiledCostModel(model, hw, tables, tp=tp, pp=pp, dtype=dtype, kv_dtype=kv_dtype,
+                             block_size=block_size, params=fitted_params(folder, params))
