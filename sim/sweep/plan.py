@@ -206,7 +206,8 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
             status, note = "ok", ""
         if row.get("cost_model") and not row["profiled"]:
             note = (note + "; " if note else "") + f"unprofiled hardware ({row['cost_model']} cost model)"
-        rows.append({**row, "status": status, "note": note, "_fleet": _fleet(c.apply(base), rate, n, settings.seeds[0])})
+        rows.append({**row, "status": status, "note": note, "_fleet": _fleet(c.apply(base), rate, n, settings.seeds[0]),
+                     "_keys": [r["key"] for r in v["runs"]]})
 
     order = {"ok": 0, "cost unknown": 1, "fleet misses SLOs": 2, "SLO unreachable": 3, "does not fit": 4}
     table = pd.DataFrame(rows)
@@ -218,6 +219,7 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
                               kind="stable").drop(columns="_order").reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     fleets = table.pop("_fleet") if "_fleet" in table else pd.Series([None] * len(table))
+    run_keys = table.pop("_keys") if "_keys" in table else pd.Series([None] * len(table))
     chosen = None
     if len(table) and table.loc[0, "status"] == "ok":
         chosen = table.loc[0].to_dict()
@@ -237,7 +239,8 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
         "prices": prices, "candidates": len(cands), "skipped": len(skipped),
         "runs": {"reused": d1.counts.reused + d2.counts.reused, "run": d1.counts.run + d2.counts.run,
                  "failed": d1.counts.failed + d2.counts.failed},
-        "wall_s": time.perf_counter() - t0, "chosen": _jsonable(chosen), "backend": backend, "workers": workers,
+        "wall_s": time.perf_counter() - t0, "chosen": _jsonable(chosen),
+        "chosen_keys": list(run_keys.iloc[0]) if chosen is not None else [], "backend": backend, "workers": workers,
         "capacity": {c.label: caps[c].as_dict()["rps"] for c in live},
     }
     (out / "plan.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")

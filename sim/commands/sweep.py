@@ -1,0 +1,198 @@
+"""Capacity-planning commands: ``sweep``, ``capacity``, ``plan``, ``ab``, ``report``.
+
+All of them run simulations through the run store of ``sim/sweep`` (one folder per resolved
+config under ``--out``/runs), so rerunning a command reuses every finished run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+F = argparse.ArgumentDefaultsHelpFormatter
+
+
+def _backend_args(p) -> None:
+    p.add_argument("--workers", type=int, default=max(1, min(os.cpu_count() or 1, 8)),
+                   help="parallel simulations (local process pool; 1 = in this process)")
+    p.add_argument("--backend", choices=["local", "ray"], default="local", help="where runs execute")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _slo_args(p, seeds: int) -> None:
+    p.add_argument("--slo-ttft-p99", type=float, default=2.0, help="p99 TTFT limit (s)")
+    p.add_argument("--slo-tpot-p99", type=float, default=0.1, help="p99 TPOT limit (s)")
+    p.add_argument("--seeds", type=int, default=seeds, help="seeds 0..N-1 (each searched separately)")
+    p.add_argument("--start-rate", type=float, default=1.0, help="first rate probed (req/s)")
+    p.add_argument("--rel-tol", type=float, default=0.05, help="stop bisecting when hi/lo <= 1 + this")
+    p.add_argument("--no-early-stop", action="store_true", help="always simulate every request of a probe")
+
+
+def _settings(args):
+    from sim.sweep.capacity import SearchSettings
+
+    return SearchSettings(ttft_p99_s=args.slo_ttft_p99, tpot_p99_s=args.slo_tpot_p99, seeds=tuple(range(args.seeds)),
+                          start_rate=args.start_rate, rel_tol=args.rel_tol, early_stop=not args.no_early_stop)
+
+
+def _base(args) -> dict:
+    """The config file (or the default) plus --set overrides, as a dict."""
+    from sim.config import apply_overrides, read_yaml
+
+    data = read_yaml(args.config) if getattr(args, "config", None) else {}
+    sets = list(getattr(args, "sets", []) or [])
+    if getattr(args, "num_requests", None):
+        key = "workload.trace.num_requests" if (data.get("workload") or {}).get("trace") else "workload.num_requests"
+        sets.append(f"{key}={args.num_requests}")
+    return apply_overrides(data, sets)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="run a grid of simulations (resumable)", formatter_class=F,
+                       description="Run every point of a YAML sweep spec (base, grid, zip, seeds); finished runs are "
+                                   "stored under OUT/runs/<config key> and reused on the next invocation.")
+    p.add_argument("spec", help="sweep spec YAML")
+    p.add_argument("--out", required=True, help="sweep folder")
+    _backend_args(p)
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("capacity", help="highest arrival rate within p99 SLOs", formatter_class=F,
+                       description="Find the highest arrival rate a config sustains with p99 TTFT and p99 TPOT within "
+                                   "limits and every request completed (bracketing + geometric bisection per seed).")
+    p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")
+    p.add_argument("--out", default="results/capacity", help="folder for capacity.json and the run store")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    p.add_argument("--num-requests", type=int, default=None, help="requests per probe (default: the config's)")
+    _slo_args(p, 3)
+    _backend_args(p)
+    p.set_defaults(func=cmd_capacity)
+
+    p = sub.add_parser("plan", help="cheapest fleet meeting p99 SLOs at a rate", formatter_class=F,
+                       description="Search GPUs x tensor parallelism x schedulers for the cheapest fleet serving --rate "
+                                   "within the p99 SLOs; writes plan.parquet, plan.md, figures/pareto.{png,svg} and the "
+                                   "chosen fleet as a runnable config.yaml.")
+    p.add_argument("--model", required=True, help="catalog model id")
+    p.add_argument("--rate", type=float, required=True, help="target arrival rate (req/s)")
+    p.add_argument("--gpus", default="h100-sxm,a100-80gb,h200-sxm,b200", help="hardware ids, comma-separated")
+    p.add_argument("--tp", default="1,2,4,8", help="tensor-parallel degrees, comma-separated")
+    p.add_argument("--schedulers", default="vllm", help="schedulers, comma-separated; knobs as name+key=value")
+    p.add_argument("--workload", default=None, help="YAML with a workload section (or a whole config)")
+    p.add_argument("--trace", default=None, help="trace file replayed (rescaled to each probed rate)")
+    p.add_argument("--num-requests", type=int, default=600, help="requests per simulation")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    p.add_argument("--out", required=True, help="plan folder")
+    _slo_args(p, 1)
+    _backend_args(p)
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("ab", help="paired A/B comparison with confidence intervals", formatter_class=F,
+                       description="Run variants A and B on the same workloads (same seed per pair) and report the mean "
+                                   "difference per metric with a 95%% paired-t confidence interval.")
+    p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")
+    p.add_argument("--a", action="append", default=[], metavar="KEY=VALUE", help="override for A (repeatable)")
+    p.add_argument("--b", action="append", default=[], metavar="KEY=VALUE", help="override for B (repeatable)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="override for both")
+    p.add_argument("--num-requests", type=int, default=None, help="requests per run (default: the config's)")
+    p.add_argument("--out", default="results/ab", help="folder for ab.json, ab.md and the run store")
+    _backend_args(p)
+    p.set_defaults(func=cmd_ab)
+
+    p = sub.add_parser("report", help="Markdown + HTML report of a results folder", formatter_class=F,
+                       description="Write report.md, report.html and figures/ for a run, sweep, plan or ab folder.")
+    p.add_argument("results", help="results folder")
+    p.add_argument("--out", default=None, help="report folder (default: RESULTS/report)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_sweep(args) -> int:
+    from sim.sweep.spec import load_spec
+    from sim.sweep.sweep import run_sweep
+
+    spec = load_spec(args.spec)
+    table, c = run_sweep(spec, args.out, workers=args.workers, backend=args.backend, address=args.address,
+                         progress=False if args.quiet else None)
+    print(f"sweep: {c['points']} runs: {c['reused']} reused, {c['run']} run, {c['failed']} failed "
+          f"({c['wall_s']:.1f} s); table {args.out}/results.parquet")
+    for _, r in table[table["status"] == "error"].iterrows():
+        print(f"  failed {r['key']}: {r['error']}")
+    return 1 if c["failed"] else 0
+
+
+def cmd_capacity(args) -> int:
+    from sim.config import load_config
+    from sim.sweep.capacity import find_capacity
+    from sim.sweep.runner import Driver
+    from sim.sweep.store import RunStore
+
+    base = _base(args)
+    cfg = load_config(base)
+    s = _settings(args)
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    d = Driver(RunStore(out), args.backend, args.workers, args.address, False if args.quiet else None, desc="probes")
+    cap = find_capacity(base, s, d)
+    res = {"kind": "capacity", "model": cfg.model, "hardware": cfg.hardware, "tp": cfg.parallelism.tp,
+           "replicas": cfg.cluster.replicas, "scheduler": cfg.scheduler.name, **cap.as_dict(),
+           "runs": {"reused": d.counts.reused, "run": d.counts.run, "failed": d.counts.failed},
+           "wall_s": time.perf_counter() - t0}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "capacity.json").write_text(json.dumps(res, indent=2) + "\n")
+    r = res["rps"]
+    print(f"{cfg.model} on {cfg.cluster.replicas} x {cfg.parallelism.tp} {cfg.hardware}, {cfg.scheduler.name}: capacity "
+          f"{r['mean']:.3g} req/s mean (min {r['min']:.3g}, max {r['max']:.3g}) over {len(s.seeds)} seeds within p99 TTFT <= "
+          f"{s.ttft_p99_s:g} s, p99 TPOT <= {s.tpot_p99_s * 1e3:g} ms")
+    for c in cap.per_seed:
+        print(f"  seed {c.seed}: {c.rps:.4g} req/s ({'at least; ' if c.capped else ''}limit {c.reason})")
+    print(f"runs: {d.counts.line()}; {res['wall_s']:.1f} s; {out}/capacity.json")
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from sim.config import apply_overrides, read_yaml
+    from sim.sweep.plan import parse_schedulers, plan
+
+    base: dict = {}
+    if args.workload:
+        data = read_yaml(args.workload)
+        base["workload"] = data["workload"] if "workload" in data else data
+    if args.trace:
+        base.setdefault("workload", {})["trace"] = {"path": args.trace}
+    key = "workload.trace.num_requests" if args.trace or (base.get("workload") or {}).get("trace") else "workload.num_requests"
+    base = apply_overrides(base, [f"{key}={args.num_requests}"] + list(args.sets))
+    res = plan(args.model, args.rate, gpus=[g.strip() for g in args.gpus.split(",") if g.strip()],
+               tps=[int(t) for t in args.tp.split(",") if t.strip()], schedulers=parse_schedulers(args.schedulers),
+               settings=_settings(args), out=args.out, base=base, workers=args.workers, backend=args.backend,
+               address=args.address, progress=False if args.quiet else None)
+    print((Path(args.out) / "plan.md").read_text())
+    if res.chosen is None:
+        print("no fleet meets the SLOs at a known price")
+        return 1
+    print(f"chosen fleet written to {args.out}/config.yaml (servesim run {args.out}/config.yaml)")
+    return 0
+
+
+def cmd_ab(args) -> int:
+    from sim.sweep.ab import ab_test
+
+    if not args.a and not args.b:
+        from sim.errors import ServesimError
+
+        raise ServesimError("ab needs --a and/or --b overrides, e.g. --a scheduler.name=vllm --b scheduler.name=sarathi")
+    r = ab_test(_base(args), args.a, args.b, list(range(args.seeds)), args.out, workers=args.workers,
+                backend=args.backend, address=args.address, progress=False if args.quiet else None)
+    print((Path(args.out) / "ab.md").read_text())
+    print(f"runs: {r['runs']['reused']} reused, {r['runs']['run']} run, {r['runs']['failed']} failed; {args.out}/ab.json")
+    return 1 if r["failed"] else 0
+
+
+def cmd_report(args) -> int:
+    from sim.sweep.report import make_report
+
+    out = args.out or str(Path(args.results) / "report")
+    files = make_report(args.results, out)
+    print("report: " + ", ".join(str(f) for f in files))
+    return 0

@@ -1,0 +1,125 @@
+"""Paired A/B comparison: the same workload (same seed) under configs A and B.
+
+For each seed both variants run on identical request streams, so per-seed differences cancel the
+workload's noise. Per metric: the mean of (B - A) over seeds and its 95% confidence interval from
+the paired t distribution (``scipy.stats.t``, n - 1 degrees of freedom). A verdict is stated only
+when the interval excludes zero; otherwise "no significant difference". With identical results
+on every seed the interval is the point itself. One seed gives no interval.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from sim.config import apply_overrides
+from sim.sweep.runner import Driver, one_run
+from sim.sweep.store import RunStore
+
+# (summary path, label, unit scale, unit, lower is better)
+METRICS = [
+    (("ttft_s", "p50"), "p50 TTFT", 1e3, "ms", True),
+    (("ttft_s", "p99"), "p99 TTFT", 1e3, "ms", True),
+    (("tpot_s", "p50"), "p50 TPOT", 1e3, "ms", True),
+    (("tpot_s", "p99"), "p99 TPOT", 1e3, "ms", True),
+    (("e2e_s", "p50"), "p50 E2E", 1.0, "s", True),
+    (("e2e_s", "p99"), "p99 E2E", 1.0, "s", True),
+    (("throughput", "output_tokens_per_s"), "output throughput", 1.0, "tok/s", False),
+    (("goodput", "requests_per_s"), "goodput", 1.0, "req/s", False),
+    (("goodput", "slo_attainment"), "SLO attainment", 100.0, "pp", False),
+    (("cost", "usd_per_million_output_tokens"), "$ per million output tokens", 1.0, "$", True),
+]
+
+
+def _get(summary: dict, path) -> float | None:
+    v = summary
+    for p in path:
+        v = v.get(p) if isinstance(v, dict) else None
+    return None if v is None else float(v)
+
+
+def paired_ci(a, b, level: float = 0.95) -> dict:
+    """Mean of b - a with its paired-t confidence interval (None bounds with one pair)."""
+    from scipy import stats
+
+    d = np.asarray(b, float) - np.asarray(a, float)
+    n = d.size
+    mean = float(d.mean())
+    if n < 2:
+        return {"n": n, "mean_diff": mean, "lo": None, "hi": None, "p_value": None}
+    sd = float(d.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    if sd > 0:
+        p = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+    else:
+        p = 0.0 if mean != 0 else 1.0
+    return {"n": n, "mean_diff": mean, "lo": mean - half, "hi": mean + half, "p_value": p}
+
+
+def _num(x: float) -> str:
+    """3 significant digits without exponents for everyday magnitudes."""
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
+def verdict(label: str, ci: dict, scale: float, unit: str, lower_better: bool) -> str:
+    lo, hi, m = ci["lo"], ci["hi"], ci["mean_diff"]
+    if lo is None or (lo <= 0 <= hi):
+        return "no significant difference"
+    word = "lower" if m < 0 else "higher"
+    better = (m < 0) == lower_better
+    mag = abs(m) * scale
+    a, b = sorted((abs(lo) * scale, abs(hi) * scale))
+    return f"B {word} {label} by {_num(mag)} {unit} [{_num(a)}, {_num(b)}] ({'better' if better else 'worse'})"
+
+
+def ab_test(base: dict, a: list[str], b: list[str], seeds: list[int], out: str | Path, *, workers: int = 1,
+            backend: str = "local", address: str | None = None, progress: bool | None = None) -> dict:
+    """Run both variants on every seed, write ab.json and ab.md into ``out``; return the result."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_a, cfg_b = apply_overrides(base, a), apply_overrides(base, b)
+    tasks = {}
+    for s in seeds:
+        tasks[("a", s)] = one_run({**cfg_a, "seed": s})
+        tasks[("b", s)] = one_run({**cfg_b, "seed": s})
+    driver = Driver(RunStore(out), backend, workers, address, progress, desc="a/b", total=len(tasks))
+    res = driver.run(tasks)
+    failed = [f"{v} seed {s}: {res[(v, s)]['error'].splitlines()[0]}" for (v, s) in tasks if res[(v, s)]["status"] != "ok"]
+    ok_seeds = [s for s in seeds if res[("a", s)]["status"] == "ok" and res[("b", s)]["status"] == "ok"]
+    metrics = []
+    for path, label, scale, unit, lower in METRICS:
+        pairs = [(_get(res[("a", s)]["summary"], path), _get(res[("b", s)]["summary"], path)) for s in ok_seeds]
+        pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
+        if not pairs:
+            continue
+        xa, xb = zip(*pairs)
+        ci = paired_ci(xa, xb)
+        metrics.append({"metric": ".".join(path), "label": label, "unit": unit, "scale": scale,
+                        "lower_is_better": lower, "mean_a": float(np.mean(xa)), "mean_b": float(np.mean(xb)), **ci,
+                        "verdict": verdict(label, ci, scale, unit, lower)})
+    result = {"kind": "ab", "a": a, "b": b, "seeds": seeds, "paired_seeds": ok_seeds, "failed": failed,
+              "runs": {"reused": driver.counts.reused, "run": driver.counts.run, "failed": driver.counts.failed},
+              "keys": {f"{v}:{s}": res[(v, s)]["key"] for (v, s) in tasks}, "metrics": metrics}
+    (out / "ab.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "ab.md").write_text(ab_markdown(result))
+    return result
+
+
+def ab_markdown(r: dict) -> str:
+    lines = [f"# A/B: {' '.join(r['b'])} (B) against {' '.join(r['a'])} (A)", "",
+             f"Paired on {len(r['paired_seeds'])} seeds {r['paired_seeds']} (same requests per seed); "
+             "differences are B - A with 95% paired-t confidence intervals.", ""]
+    if r["failed"]:
+        lines += ["Failed runs: " + "; ".join(r["failed"]), ""]
+    lines += ["| metric | A | B | B - A | 95% CI | verdict |", "|---|---:|---:|---:|---|---|"]
+    for m in r["metrics"]:
+        sc = m["scale"]
+        ci = "-" if m["lo"] is None else f"[{_num(m['lo'] * sc)}, {_num(m['hi'] * sc)}]"
+        sign = "+" if m["mean_diff"] > 0 else ""
+        lines.append(f"| {m['label']} ({m['unit']}) | {_num(m['mean_a'] * sc)} | {_num(m['mean_b'] * sc)} | "
+                     f"{sign}{_num(m['mean_diff'] * sc)} | {ci} | {m['verdict']} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,339 @@
+"""``report``: a Markdown and an HTML design-review report from a results folder.
+
+Recognised folders: a ``servesim run`` folder (summary.json + requests.parquet), a sweep folder
+(results.parquet + sweep.json), a plan folder (plan.parquet + plan.json), an A/B folder
+(ab.json). The report holds the setup (model, hardware, parallelism, scheduler, workload, price
+source), the headline numbers, latency CDFs, latency against load (a sweep over the arrival
+rate), a cost table and the Pareto front (a plan). Figures are written as PNG and SVG beside the
+report (``figures/``) and referenced by relative path; the HTML has its style inline and needs
+nothing else.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from sim.sweep.store import RunStore
+
+RATE_KEYS = ("workload.rate", "workload.trace.rate")
+
+
+# ------------------------------------------------------------------------------- document model
+
+
+class Doc:
+    """A list of blocks rendered to both Markdown and HTML."""
+
+    def __init__(self, title: str):
+        self.title = title
+        self.blocks: list[tuple] = []
+
+    def h(self, text: str) -> None:
+        self.blocks.append(("h", text))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def bullets(self, items: list[str]) -> None:
+        self.blocks.append(("ul", items))
+
+    def table(self, header: list[str], rows: list[list]) -> None:
+        self.blocks.append(("table", header, [[_cell(v) for v in r] for r in rows]))
+
+    def figure(self, stem: str, caption: str) -> None:
+        """``stem``: the path of the figure relative to the report, without extension."""
+        self.blocks.append(("fig", stem, caption))
+
+    def markdown(self) -> str:
+        out = [f"# {self.title}", ""]
+        for b in self.blocks:
+            if b[0] == "h":
+                out += [f"## {b[1]}", ""]
+            elif b[0] == "p":
+                out += [b[1], ""]
+            elif b[0] == "ul":
+                out += [f"- {x}" for x in b[1]] + [""]
+            elif b[0] == "table":
+                out += ["| " + " | ".join(b[1]) + " |", "|" + "---|" * len(b[1])]
+                out += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in b[2]] + [""]
+            else:
+                out += [f"![{b[2]}]({b[1]}.png)", "", f"*{b[2]}* ([SVG]({b[1]}.svg))", ""]
+        return "\n".join(out)
+
+    def html(self) -> str:
+        e = html.escape
+        body = [f"<h1>{e(self.title)}</h1>"]
+        for b in self.blocks:
+            if b[0] == "h":
+                body.append(f"<h2>{e(b[1])}</h2>")
+            elif b[0] == "p":
+                body.append(f"<p>{e(b[1])}</p>")
+            elif b[0] == "ul":
+                body.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in b[1]) + "</ul>")
+            elif b[0] == "table":
+                head = "".join(f"<th>{e(c)}</th>" for c in b[1])
+                rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in b[2])
+                body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+            else:
+                body.append(f'<figure><img src="{e(b[1])}.svg" alt="{e(b[2])}"><figcaption>{e(b[2])} '
+                            f'(<a href="{e(b[1])}.png">PNG</a>, <a href="{e(b[1])}.svg">SVG</a>)</figcaption></figure>')
+        style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+                 "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;"
+                 "text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}"
+                 "img{max-width:100%}figcaption{font-size:13px;color:#555}")
+        return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{e(self.title)}</title>"
+                f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def _cell(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+    return str(v)
+
+
+def _ms(v) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 1e3:,.1f}"
+
+
+# ------------------------------------------------------------------------------- sections
+
+
+def setup_section(doc: Doc, cfg: dict, summary: dict | None) -> None:
+    w = cfg.get("workload", {})
+    sch = cfg.get("scheduler", {})
+    knobs = ", ".join(f"{k}={v}" for k, v in sch.items() if k != "name")
+    if w.get("trace"):
+        wl = f"trace {Path(w['trace']['path']).name} (rate {w['trace'].get('rate') or 'as recorded'}, first {w['trace'].get('num_requests') or 'all'} requests)"
+    else:
+        wl = f"{w.get('arrival', 'poisson')} arrivals at {w.get('rate')} req/s, {w.get('num_requests')} requests"
+    items = [f"model: {cfg.get('model')} ({cfg.get('dtype')})",
+             f"hardware: {cfg.get('cluster', {}).get('replicas', 1)} replica(s) x {cfg.get('hardware')}, "
+             f"tp={cfg.get('parallelism', {}).get('tp')}, pp={cfg.get('parallelism', {}).get('pp')}",
+             f"scheduler: {sch.get('name')}" + (f" ({knobs})" if knobs else ""),
+             f"workload: {wl}; seed {cfg.get('seed')}",
+             f"SLO: TTFT <= {cfg.get('slo', {}).get('ttft_s')} s, TPOT <= {cfg.get('slo', {}).get('tpot_s')} s"]
+    if summary:
+        c = summary["cost"]
+        items.append(f"price: {c['usd_per_gpu_hour'] if c['usd_per_gpu_hour'] is not None else 'unknown'} $/GPU-hour "
+                     f"({c['price_source']})")
+        items.append(f"cost model: {summary['sim']['cost_model']}")
+    doc.h("Setup")
+    doc.bullets(items)
+
+
+def headline(doc: Doc, s: dict) -> None:
+    r, t, g, c = s["requests"], s["throughput"], s["goodput"], s["cost"]
+    doc.h("Headline numbers")
+    doc.table(["metric", "mean", "p50", "p90", "p99"],
+              [[name] + [_ms(s[key].get(k)) for k in ("mean", "p50", "p90", "p99")]
+               for key, name in (("ttft_s", "TTFT (ms)"), ("tpot_s", "TPOT (ms)"), ("itl_s", "ITL (ms)"),
+                                 ("e2e_s", "E2E (ms)"), ("queue_s", "queueing (ms)"))])
+    doc.bullets([f"requests: {r['arrived']} arrived, {r['completed']} completed, {r['rejected']} rejected, {r['preemptions']} preemptions",
+                 f"throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.0f} output tokens/s",
+                 f"goodput: {g['requests_per_s']:.2f} req/s, SLO attainment {100 * (g['slo_attainment'] or 0):.1f}%"])
+    doc.h("Cost")
+    doc.table(["GPUs", "GPU-hours", "$/GPU-hour", "$", "$ per million output tokens", "price source"],
+              [[c["gpus"], c["gpu_hours"], c["usd_per_gpu_hour"], c["usd"], c["usd_per_million_output_tokens"], c["price_source"]]])
+
+
+def cdf_figure(frames: dict[str, pd.DataFrame], figdir: Path, slo: dict | None) -> None:
+    from sim.metrics.plots import _plt, cdf, save
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, col, name, lim in ((axes[0], "ttft_s", "TTFT", (slo or {}).get("ttft_s")),
+                               (axes[1], "tpot_s", "TPOT", (slo or {}).get("tpot_s")), (axes[2], "e2e_s", "E2E", None)):
+        for label, df in frames.items():
+            cdf(ax, df[col].to_numpy(float), label, 1e3)
+        if lim:
+            ax.axvline(lim * 1e3, color="crimson", ls="--", lw=1, label=f"SLO {lim * 1e3:g} ms")
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(f"{name} CDF", fontsize=10)
+        if len(frames) <= 8:
+            ax.legend(fontsize=7, loc="lower right")
+    save(fig, figdir, "latency_cdf")
+    plt.close(fig)
+
+
+def load_figure(table: pd.DataFrame, rate_key: str, others: list[str], figdir: Path) -> None:
+    from sim.metrics.plots import _plt, save
+
+    plt = _plt()
+    ok = table[table["status"] == "ok"]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    groups = ok.groupby(others, dropna=False) if others else [("all", ok)]
+    for i, (name, g) in enumerate(groups):
+        color = f"C{i % 10}"
+        mean = g.groupby(rate_key)[["ttft_s.p99", "ttft_s.p50", "tpot_s.p99", "goodput.slo_attainment"]].mean().sort_index()
+        label = name if isinstance(name, str) else " ".join(map(str, name if isinstance(name, tuple) else (name,)))
+        axes[0].plot(mean.index, mean["ttft_s.p99"] * 1e3, marker="o", lw=1.2, color=color, label=f"{label} p99")
+        axes[0].plot(mean.index, mean["ttft_s.p50"] * 1e3, marker=".", ls=":", lw=1, color=color, label=f"{label} p50")
+        axes[1].plot(mean.index, mean["tpot_s.p99"] * 1e3, marker="o", lw=1.2, color=color, label=label)
+        axes[2].plot(mean.index, 100 * mean["goodput.slo_attainment"], marker="o", lw=1.2, color=color, label=label)
+    for ax, y in zip(axes, ("TTFT (ms)", "p99 TPOT (ms)", "SLO attainment (%)")):
+        ax.set_xlabel("arrival rate (req/s)")
+        ax.set_ylabel(y)
+        ax.legend(fontsize=7)
+    axes[0].set_yscale("log")
+    fig.suptitle("Latency against load (mean over seeds)", fontsize=10)
+    save(fig, figdir, "latency_vs_load")
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------- per folder kind
+
+
+def _run_report(src: Path, doc: Doc, figdir: Path) -> None:
+    s = json.loads((src / "summary.json").read_text())
+    cfg = yaml.safe_load((src / "config.yaml").read_text())
+    setup_section(doc, cfg, s)
+    headline(doc, s)
+    req = pd.read_parquet(src / "requests.parquet")
+    doc.h("Latency distributions")
+    cdf_figure({cfg.get("scheduler", {}).get("name", "run"): req[req["status"] == "finished"]}, figdir, cfg.get("slo"))
+    doc.figure("figures/latency_cdf", "TTFT, TPOT and end-to-end latency CDFs of completed requests")
+
+
+def _sweep_report(src: Path, doc: Doc, figdir: Path) -> None:
+    meta = json.loads((src / "sweep.json").read_text())
+    table = pd.read_parquet(src / "results.parquet")
+    store = RunStore(src)
+    ok = table[table["status"] == "ok"]
+    first = ok.iloc[0] if len(ok) else None
+    if first is not None:
+        cfg = yaml.safe_load((store.path(first["key"]) / "config.yaml").read_text())
+        setup_section(doc, cfg, json.loads((store.path(first["key"]) / "summary.json").read_text()))
+        doc.p("Setup of the first run; the sweep varies: " + ", ".join(meta["varied"]) + f" over seeds {meta['seeds']}.")
+    c = meta["counts"]
+    doc.h("Headline numbers")
+    doc.p(f"{c['points']} runs: {c['reused']} reused, {c['run']} run, {c['failed']} failed.")
+    varied = [k for k in meta["varied"] if k in table]
+    agg = table.groupby(varied, dropna=False, sort=False) if varied else [("all", table)]
+    rows = []
+    for name, g in agg:
+        gk = g[g["status"] == "ok"]
+        vals = list(name) if isinstance(name, tuple) else [name]
+        m = gk.mean(numeric_only=True) if len(gk) else pd.Series(dtype=float)
+        rows.append(vals + [f"{len(gk)}/{len(g)}", _ms(m.get("ttft_s.p50")), _ms(m.get("ttft_s.p99")), _ms(m.get("tpot_s.p99")),
+                            m.get("throughput.output_tokens_per_s"), m.get("goodput.slo_attainment"),
+                            m.get("cost.usd_per_million_output_tokens")])
+    doc.table(varied + ["ok runs", "p50 TTFT (ms)", "p99 TTFT (ms)", "p99 TPOT (ms)", "output tok/s", "SLO attainment",
+                        "$ / M output tokens"], rows)
+    doc.p("Means over seeds. Cost: GPU-hours over each run's makespan x the price stated in the setup.")
+    frames = {}
+    for name, g in (ok.groupby(varied, dropna=False, sort=False) if varied else [("run", ok)]):
+        lat = [store.latency(k) for k in g["key"]]
+        lat = [x for x in lat if x is not None]
+        if lat:
+            label = " ".join(map(str, name)) if isinstance(name, tuple) else str(name)
+            frames[label] = pd.concat(lat, ignore_index=True)
+    if frames:
+        doc.h("Latency distributions")
+        cdf_figure(frames, figdir, (yaml.safe_load((store.path(first["key"]) / "config.yaml").read_text()) or {}).get("slo"))
+        doc.figure("figures/latency_cdf", "Latency CDFs per sweep point (all seeds pooled)")
+    rate_key = next((k for k in RATE_KEYS if k in varied), None)
+    if rate_key is not None and ok[rate_key].nunique() > 1:
+        doc.h("Latency against load")
+        load_figure(table, rate_key, [k for k in varied if k != rate_key], figdir)
+        doc.figure("figures/latency_vs_load", "p50/p99 TTFT, p99 TPOT and SLO attainment against arrival rate")
+
+
+def _plan_report(src: Path, doc: Doc, figdir: Path) -> None:
+    import shutil
+
+    meta = json.loads((src / "plan.json").read_text())
+    table = pd.read_parquet(src / "plan.parquet")
+    if (src / "config.yaml").is_file():
+        cfg = yaml.safe_load((src / "config.yaml").read_text())
+        setup_section(doc, cfg, None)
+        doc.p("Setup of the chosen fleet (config.yaml in the plan folder; `servesim run config.yaml` reproduces it).")
+    doc.h("Headline numbers")
+    ch = meta.get("chosen")
+    slo = meta["slo"]
+    doc.p(f"Target: {meta['model']} at {meta['rate']:g} req/s with p99 TTFT <= {slo['ttft_p99_s']:g} s and p99 TPOT <= "
+          f"{slo['tpot_p99_s'] * 1e3:g} ms.")
+    if ch:
+        doc.p(f"Cheapest fleet: {int(ch['replicas'])} x {ch['candidate']} = {int(ch['gpus'])} GPUs at ${ch['usd_per_hour']:.2f}/hour "
+              f"(${ch.get('usd_per_million_output_tokens') or float('nan'):.2f} per million output tokens), headroom "
+              f"{100 * ch['headroom']:.0f}%, verified p99 TTFT {_ms(ch['ttft_p99_s'])} ms, p99 TPOT {_ms(ch['tpot_p99_s'])} ms.")
+    else:
+        doc.p("No fleet meets the SLOs at a known price.")
+    doc.h("Cost table")
+    doc.bullets([f"{g}: {p['usd_per_gpu_hour'] if p['usd_per_gpu_hour'] is not None else 'unknown'} $/GPU-hour ({p['source']})"
+                 for g, p in meta["prices"].items()])
+    cols = ["rank", "candidate", "status", "capacity_rps_min", "replicas", "gpus", "usd_per_hour",
+            "usd_per_million_output_tokens", "headroom", "ttft_p99_s", "tpot_p99_s", "cost_model", "note"]
+    cols = [c for c in cols if c in table]
+    doc.table(cols, table[cols].astype(object).where(table[cols].notna(), None).values.tolist())
+    pareto = src / "figures" / "pareto.png"
+    if pareto.is_file():
+        for ext in ("png", "svg"):
+            shutil.copyfile(src / "figures" / f"pareto.{ext}", figdir / f"pareto.{ext}")
+        doc.h("Pareto front")
+        doc.figure("figures/pareto", "Fleet cost against verified p99 latency; the dashed line joins the Pareto front")
+    if ch and len(table):
+        keys = [k for k in (meta.get("chosen_keys") or [])]
+        lat = [RunStore(src).latency(k) for k in keys]
+        lat = [x for x in lat if x is not None]
+        if lat:
+            doc.h("Latency distributions")
+            cdf_figure({"chosen fleet": pd.concat(lat, ignore_index=True)}, figdir,
+                       {"ttft_s": slo["ttft_p99_s"], "tpot_s": slo["tpot_p99_s"]})
+            doc.figure("figures/latency_cdf", "Latency CDFs of the chosen fleet at the target rate (verification runs)")
+
+
+def _ab_report(src: Path, doc: Doc, figdir: Path) -> None:
+    r = json.loads((src / "ab.json").read_text())
+    doc.h("Headline numbers")
+    doc.p((src / "ab.md").read_text().split("\n", 2)[2] if (src / "ab.md").is_file() else "")
+    store = RunStore(src)
+    frames = {}
+    for v in ("a", "b"):
+        lat = [store.latency(r["keys"][f"{v}:{s}"]) for s in r["paired_seeds"]]
+        lat = [x for x in lat if x is not None]
+        if lat:
+            frames[f"{v.upper()}: {' '.join(r[v])}"] = pd.concat(lat, ignore_index=True)
+    if frames:
+        doc.h("Latency distributions")
+        cdf_figure(frames, figdir, None)
+        doc.figure("figures/latency_cdf", "Latency CDFs of A and B (all seeds pooled)")
+
+
+def detect(src: Path) -> str:
+    if (src / "plan.json").is_file():
+        return "plan"
+    if (src / "sweep.json").is_file():
+        return "sweep"
+    if (src / "ab.json").is_file():
+        return "ab"
+    if (src / "summary.json").is_file() and (src / "requests.parquet").is_file():
+        return "run"
+    from sim.errors import ServesimError
+
+    raise ServesimError(f"{src} is not a results folder (expected summary.json + requests.parquet from `servesim run`, "
+                        "sweep.json, plan.json or ab.json)")
+
+
+def make_report(src: str | Path, out: str | Path) -> list[Path]:
+    """Write report.md, report.html and figures/ into ``out``; return the two report paths."""
+    src, out = Path(src), Path(out)
+    kind = detect(src)
+    figdir = out / "figures"
+    figdir.mkdir(parents=True, exist_ok=True)
+    doc = Doc({"run": "Simulation report", "sweep": "Sweep report", "plan": "Fleet plan report", "ab": "A/B report"}[kind]
+              + f": {src.name}")
+    {"run": _run_report, "sweep": _sweep_report, "plan": _plan_report, "ab": _ab_report}[kind](src, doc, figdir)
+    doc.p("Generated by servesim. Metric definitions: docs/planning.md and DESIGN section 4 "
+          "(TTFT, TPOT = (E2E - TTFT) / (output tokens - 1), goodput counts requests within every SLO).")
+    md, ht = out / "report.md", out / "report.html"
+    md.write_text(doc.markdown())
+    ht.write_text(doc.html())
+    return [md, ht]
