@@ -26,9 +26,9 @@ CPU_WORKLOAD = [
     "scheduler.max_num_batched_tokens=256", "scheduler.max_num_seqs=16",
 ]
 GPU_WORKLOAD = [
-    "workload.num_requests=48", "workload.rate=12", "workload.arrival=poisson",
+    "workload.num_requests=24", "workload.rate=12", "workload.arrival=poisson",
     "workload.prompt.kind=uniform", "workload.prompt.min=128", "workload.prompt.max=2048",
-    "workload.output.kind=uniform", "workload.output.min=16", "workload.output.max=128",
+    "workload.output.kind=uniform", "workload.output.min=16", "workload.output.max=64",
     "scheduler.max_num_batched_tokens=2048", "scheduler.max_num_seqs=64",
 ]
 
