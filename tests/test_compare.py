@@ -174,6 +174,23 @@ def test_arrival_trace_and_start_times(tmp_path):
     assert [(float(r[0]), int(r[1])) for r in rows] == [(0.0, 64), (0.25, 128), (0.5, 32), (1.0, 256), (1.25, 16)]
 
 
+def test_notes_for_weaker_comparisons(tmp_path):
+    d = make_fixture()
+    d.update(request_rate="inf", max_concurrency=2)
+    d["itls"] = [g[:1] for g in d["itls"]]  # the server bundled tokens into fewer chunks
+    cfg = write(tmp_path / "c.yaml", "hardware: h100-sxm\nworkload: {rate: 9, num_requests: 3}\n")
+    out = tmp_path / "o"
+    rc = main(["compare", str(write(tmp_path / "r.json", d)), str(cfg), "--out", str(out), "--no-plots",
+               "--set", "scheduler.max_num_seqs=2"])
+    rep = json.loads((out / "comparison.json").read_text())
+    assert rc == 0 and rep["source"]["request_rate"] == "inf"
+    assert rep["workload"]["arrivals"] == "request_rate inf: all requests at t = 0"
+    notes = " | ".join(rep["notes"])
+    assert "tokens per chunk" in notes and "workload keys ignored" in notes and "capped concurrency at 2" in notes
+    assert rep["checks"]["tokens_per_chunk"] > 1
+    assert {ln.split(",")[0] for ln in (out / "workload.csv").read_text().splitlines()[1:]} == {"0.0"}
+
+
 def test_gamma_arrivals_follow_vllm():
     rng = np.random.default_rng(1)
     t = gamma_arrivals(20000, 4.0, 0.25, rng)
