@@ -229,6 +229,7 @@ def _bad(**changes):
     (_bad(request_rate="fast"), "key 'request_rate'"),
     (_bad(input_lens={}), "key 'input_lens': expected a list"),
     (_bad(input_lens=[]), "key 'input_lens': is empty"),
+    (_bad(errors=["boom"] * 6), "key 'errors': all 6 requests failed"),
 ])
 def test_malformed_files_fail_with_one_message(tmp_path, capsys, content, expected):
     path = write(tmp_path / "bad.json", content)

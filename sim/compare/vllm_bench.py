@@ -265,3 +265,5 @@ def _read_detail(res: BenchResult, data: dict) -> None:
     res.meta["has_start_times"] = bool("start_times" in opt and np.isfinite(start[ok]).all())
     res.meta["has_latencies"] = "latencies" in opt
     res.meta["failed_in_detail"] = int((~ok).sum())
+    if not ok.any():
+        raise _err(path, "errors" if "errors" in opt else "output_lens", f"all {n} requests failed: nothing to compare")
