@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 # Small synthetic workloads for the replay: (overrides) by model size. Lengths stay inside the
-# profiled grids where possible (chunks <= max_num_batched_tokens, decode contexts >= 128).
+# profiled grids where possible (whole prompts <= max_num_batched_tokens, decode contexts >= 128).
 CPU_WORKLOAD = [
     "workload.num_requests=40", "workload.rate=40", "workload.arrival=poisson",
-    "workload.prompt.kind=uniform", "workload.prompt.min=130", "workload.prompt.max=700",
+    "workload.prompt.kind=uniform", "workload.prompt.min=128", "workload.prompt.max=250",
     "workload.output.kind=uniform", "workload.output.min=4", "workload.output.max=40",
     "scheduler.max_num_batched_tokens=256", "scheduler.max_num_seqs=16",
 ]

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "calibration" / "cards" / "llama-tiny.yaml")
-STEP_MEDIAN_BOUND = 0.25  # measured ~0.10-0.13 on a 2-core shared VM (docs/calibration.md)
+STEP_MEDIAN_BOUND = 0.40  # measured 0.13-0.30 on a loaded 2-core shared VM (docs/calibration.md)
 
 
 def _validate(argv):
