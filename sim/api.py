@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -23,6 +24,8 @@ class Results:
     requests: pd.DataFrame
     steps: pd.DataFrame
     config: Config
+    itl_s: np.ndarray | None = None
+    """Every inter-token gap of every request (seconds), pooled: the ITL distribution."""
     out_dir: Path | None = None
 
 
@@ -60,7 +63,8 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
     steps = steps_frame(sim_out)
     wall = time.perf_counter() - t0
     summary = clean_json(summarize(sim_out, req, steps, wall))
-    res = Results(summary, req, steps, cfg)
+    itl = np.frombuffer(sim_out.itl_s, float).copy() if len(sim_out.itl_s) else np.zeros(0)
+    res = Results(summary, req, steps, cfg, itl)
     if out is not None:
         write_results(res, Path(out), plots=cfg.output.plots if plots is None else plots)
     return res

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
-import numpy as np
 
 from sim.compare.metrics import comparison, detail_vs_file, format_table, real_metrics, sim_metrics
 from sim.compare.vllm_bench import BenchFileError, BenchResult, load_vllm_bench
@@ -75,19 +73,11 @@ def _inf(v):
 
 
 def _simulate(cfg, sim_dir: Path):
-    """One simulation; like ``sim.simulate`` but keeps the pooled ITL array for the CDF."""
-    from sim.api import Results, write_results
-    from sim.engine import run_engine
-    from sim.metrics.records import requests_frame, steps_frame
-    from sim.metrics.summary import clean_json, summarize
+    """One simulation written to ``sim_dir``; returns its summary, requests and pooled ITLs."""
+    from sim.api import simulate
 
-    t0 = time.perf_counter()
-    out = run_engine(cfg, None)
-    req, steps = requests_frame(out), steps_frame(out)
-    summary = clean_json(summarize(out, req, steps, time.perf_counter() - t0))
-    write_results(Results(summary, req, steps, cfg), sim_dir, plots=False)
-    itl = np.frombuffer(out.itl_s, float) if len(out.itl_s) else np.zeros(0)
-    return summary, req, itl
+    res = simulate(cfg, out=sim_dir, plots=False, progress=False)
+    return res.summary, res.requests, res.itl_s
 
 
 def compare(result: str | Path, config: str | Path | None = None, *, overrides: list[str] | None = None,
