@@ -20,10 +20,12 @@ A probe at rate r (one seed) *passes* when every arrived request completed, p99 
 
 Finite runs: a short burst of requests can be absorbed by an overloaded system within the TTFT
 limit (the queue has no time to grow). Each probe therefore simulates at least
-``rate x window_slo_multiple x ttft_p99_s`` requests (capped at ``max_requests``), so arrivals
-span ten TTFT limits by default: an arrival rate that exceeds the service rate by a fraction f
-builds a backlog that delays the last arrivals by about f x window, so overloads beyond ~10% show
-up as TTFT violations. Below that the configured ``num_requests`` is used.
+``rate x min_window_s`` requests (capped at ``max_requests``), so arrivals span at least 20 s by
+default: an arrival rate that exceeds the service rate by a fraction f builds a backlog that
+delays the last arrivals by about f x window, so with the default 2 s TTFT limit overloads beyond
+~10% show up as TTFT violations. Below that the configured ``num_requests`` is used. The window
+is deliberately independent of the SLOs, so that changing an SLO changes only the verdicts, never
+the simulations.
 
 Determinism and monotonicity: probes are a pure function of (config, seed, rate), the rates
 follow from ``start_rate`` and the verdicts alone, and every probe is cached by its config key.
@@ -55,7 +57,7 @@ class SearchSettings:
     early_stop_fraction: float = 0.25
     early_stop_factor: float = 2.0
     min_short_requests: int = 50
-    window_slo_multiple: float = 10.0
+    min_window_s: float = 20.0
     max_requests: int = 20000
 
 
@@ -144,7 +146,7 @@ def _probe(cfg: dict, seed: int, rate: float, s: SearchSettings, log: list, brac
     full = with_rate({**cfg, "seed": seed}, rate)
     n = num_requests(full)
     if n:  # arrivals must span a window long enough for an overload to show in TTFT
-        need = min(s.max_requests, math.ceil(rate * s.window_slo_multiple * s.ttft_p99_s))
+        need = min(s.max_requests, math.ceil(rate * s.min_window_s))
         if need > n:
             n = need
             full = with_num_requests(full, n)

@@ -191,8 +191,9 @@ class Driver:
                         bar.update(1)
                     value = hit
                     continue
-                if key in inflight:
+                if key in inflight:  # the same run is already under way: share its result
                     inflight[key].append(name)
+                    self.counts.reused += 1
                     return
                 inflight[key] = [name]
                 configs[key] = resolved
