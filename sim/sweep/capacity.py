@@ -161,7 +161,7 @@ def _probe(cfg: dict, seed: int, rate: float, s: SearchSettings, log: list, brac
             ok, why = judge(res.get("summary"), s, factor=s.early_stop_factor)
             log.append(_probe_row(rate, seed, "short", ok, why, res))
             if not ok:
-                return False, f"clearly overloaded after {n_short} requests: {why}"
+                return False, f"misses an SLO by {s.early_stop_factor:g}x within the first {n_short} requests: {why}"
     res = yield full
     if res["status"] != "ok":
         why = (res.get("error") or "run failed").splitlines()[0]
