@@ -123,24 +123,13 @@ class Config(_Strict):
     output: Output = Output()
     seed: int = Field(default=0, ge=0)
 
-    @field_validator("model")
+    @field_validator("model", "hardware")
     @classmethod
-    def _model(cls, v):
-        from sim.catalog import CatalogError, get_model
+    def _card(cls, v, info):
+        from sim.catalog import CatalogError, get_hardware, get_model
 
         try:
-            get_model(v)
-        except CatalogError as e:
-            raise ValueError(str(e)) from None
-        return v
-
-    @field_validator("hardware")
-    @classmethod
-    def _hardware(cls, v):
-        from sim.catalog import CatalogError, get_hardware
-
-        try:
-            get_hardware(v)
+            (get_model if info.field_name == "model" else get_hardware)(v)
         except CatalogError as e:
             raise ValueError(str(e)) from None
         return v
