@@ -19,7 +19,7 @@ from sim.cluster import ROUTERS, ReplicaLoad
 from sim.config import Config
 from sim.cost import make_cost_model
 from sim.cost.memory import plan_memory
-from sim.kv.blocks import KVManager
+from sim.kv import KVManager, make_kv_manager
 from sim.request import Request, Status
 from sim.scheduler import REGISTRY
 from sim.types import COMPONENTS, BatchShape, StepPlan
@@ -87,8 +87,9 @@ class Engine:
         sched_cls = REGISTRY[cfg.scheduler.name]
         self.replicas = []
         for i in range(cfg.cluster.replicas):
-            kv = KVManager(self.mem.num_gpu_blocks, cfg.kv.block_size, cfg.kv.watermark)
-            self.replicas.append(Replica(i, sched_cls(knobs, kv), kv, self.cost))
+            kv = make_kv_manager(cfg.kv, self.mem.num_gpu_blocks, self.mem.block_bytes)
+            rng = np.random.default_rng([cfg.seed, 1, i])  # the policy's own stream (predictors)
+            self.replicas.append(Replica(i, sched_cls(knobs, kv, rng=rng, max_context=self.model.max_context), kv, self.cost))
         self.route = ROUTERS[cfg.cluster.router]
         self.route_state: dict = {}
         self.rng = np.random.default_rng(cfg.seed)
@@ -134,9 +135,17 @@ class Engine:
         """Apply preemptions and mark scheduled requests; return the step's batch shape."""
         for rid in plan.preempted:
             r = self.by_id[rid]
-            r.num_computed = 0  # recompute: progress resets, generated tokens stay emitted
             r.preemptions += 1
-            r.status = Status.WAITING
+            if rid in plan.swapped_out:  # swap: its KV waits in host memory, progress kept
+                r.status = Status.SWAPPED
+            else:
+                r.num_computed = 0  # recompute: progress resets, generated tokens stay emitted
+                r.status = Status.WAITING
+        for rid, c in plan.cached_tokens.items():  # prefix-cache hits count as computed
+            r = self.by_id[rid]
+            r.num_computed = c
+            if r.first_scheduled_s is None:
+                r.cached_tokens = c
         by_id = self.by_id
         ctx = []
         for rid in plan.num_new_tokens:

@@ -41,7 +41,10 @@ class StepPlan:
     There is no prefill or decode phase: a request's computed-token count catches up with its
     prompt + generated tokens, and policies differ only in how they fill ``num_new_tokens``.
     ``preempted`` lists requests that lost their KV this step (recompute or swap-out),
-    ``swapped_in`` / ``swapped_out`` the requests whose blocks move over the host link.
+    ``swapped_in`` / ``swapped_out`` the requests whose blocks move over the host link (a
+    swapped-out request is also in ``preempted`` but keeps its computed tokens).
+    ``cached_tokens`` maps a newly admitted request to the prompt tokens its prefix-cache hit
+    skips (they count as computed before the step).
     """
 
     num_new_tokens: dict[int, int] = field(default_factory=dict)
@@ -50,6 +53,7 @@ class StepPlan:
     swapped_out: list[int] = field(default_factory=list)
     blocks_swapped_in: int = 0
     blocks_swapped_out: int = 0
+    cached_tokens: dict[int, int] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:

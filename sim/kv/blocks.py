@@ -3,6 +3,12 @@
 The scheduler calls it; it never calls back and reads no globals. Allocation is all-or-nothing
 and answers with a bool (never a sentinel id). Block ids are handed out lowest-first from a
 free list, so tests can assert exact ids.
+
+Preemption by swap (``kv.preemption: swap``) lives here too: a victim's blocks move to a
+bounded host swap space (``swap_blocks``, counted in GPU-block units) and come back, as new
+GPU blocks, when it is readmitted; its computed tokens are kept. The scheduler falls back to
+recompute when ``can_swap_out`` says the host space is full. Prefix caching is the subclass
+``sim.kv.prefix.PrefixKVManager``; without it ``prefix_hit`` is always 0.
 """
 from __future__ import annotations
 
@@ -42,11 +48,16 @@ class KVManager:
     requests so running ones can still grow.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01):
-        self.pool = BlockPool(num_blocks)
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, swap_blocks: int = 0):
+        self.pool = self._make_pool(num_blocks)
         self.block_size = block_size
         self.watermark_blocks = int(watermark * num_blocks)
         self.tables: dict[int, list[int]] = {}
+        self.swap_blocks = swap_blocks
+        self.swapped: dict[int, int] = {}  # request id -> its blocks held in host memory
+
+    def _make_pool(self, num_blocks: int) -> BlockPool:
+        return BlockPool(num_blocks)
 
     @property
     def num_blocks(self) -> int:
@@ -72,8 +83,14 @@ class KVManager:
         reserve = self.watermark_blocks if admit else 0
         return self.pool.num_free - n_blocks >= reserve
 
-    def allocate(self, req_id: int, total_tokens: int, *, admit: bool = False) -> bool:
-        """Grow ``req_id``'s table to cover ``total_tokens``; False (and no change) if it can't."""
+    def prefix_hit(self, spec, num_tokens: int) -> int:
+        """Leading tokens of ``spec``'s prompt whose KV is cached (always 0 without prefix caching)."""
+        return 0
+
+    def allocate(self, req_id: int, total_tokens: int, *, admit: bool = False, spec=None,
+                 cached_tokens: int = 0) -> bool:
+        """Grow ``req_id``'s table to cover ``total_tokens``; False (and no change) if it can't.
+        ``spec`` and ``cached_tokens`` (a ``prefix_hit`` answer) matter only with prefix caching."""
         n = self.extra_blocks(req_id, total_tokens)
         if n == 0:
             self.tables.setdefault(req_id, [])
@@ -88,3 +105,32 @@ class KVManager:
         blocks = self.tables.pop(req_id, [])
         self.pool.give(blocks)
         return len(blocks)
+
+    # ---- preemption by swap ------------------------------------------------------------
+    @property
+    def swap_used(self) -> int:
+        return sum(self.swapped.values())
+
+    def is_swapped(self, req_id: int) -> bool:
+        return req_id in self.swapped
+
+    def can_swap_out(self, req_id: int) -> bool:
+        """True when swapping is configured and the host space holds all of ``req_id``'s blocks."""
+        n = len(self.tables.get(req_id, ()))
+        return self.swap_blocks > 0 and self.swap_used + n <= self.swap_blocks
+
+    def swap_out(self, req_id: int) -> int:
+        """Move ``req_id``'s blocks to host memory (their GPU blocks are freed); the number moved."""
+        n = self.free(req_id)
+        self.swapped[req_id] = n
+        return n
+
+    def swap_in(self, req_id: int, total_tokens: int) -> bool:
+        """Bring ``req_id``'s blocks back into new GPU blocks, grown to cover ``total_tokens``;
+        all-or-nothing. No watermark: the request was admitted once already."""
+        need = max(self.swapped[req_id], self.blocks_for(total_tokens))
+        if not self.can_allocate(need):
+            return False
+        del self.swapped[req_id]
+        self.tables[req_id] = self.pool.take(need)
+        return True

@@ -104,6 +104,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "usd_per_million_output_tokens": (usd / out_tok * 1e6) if (usd is not None and out_tok) else None,
         },
         "kv": {**out.memory, "peak_blocks_used": int(steps["kv_blocks_used"].max()) if len(steps) else 0},
+        "prefix_cache": prefix_cache(cfg, req),
         "workload": out.workload_info,
         "sim": {
             "wall_s": wall_s,
@@ -116,6 +117,16 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "out_of_range_queries": int(out.out_of_range),
         },
     }
+
+
+def prefix_cache(cfg, req: pd.DataFrame) -> dict:
+    """Hit rate = prompt tokens served from the prefix cache at first admission / prompt tokens of
+    the admitted (not rejected) requests; saved prefill tokens = those cached tokens."""
+    admitted = req[req["status"] != "rejected"]
+    prompt = int(admitted["prompt_tokens"].sum())
+    cached = int(admitted["cached_tokens"].sum())
+    return {"enabled": cfg.kv.prefix_caching, "eviction": cfg.kv.eviction, "prompt_tokens": prompt,
+            "saved_prefill_tokens": cached, "hit_rate": cached / prompt if prompt else None}
 
 
 def clean_json(obj):

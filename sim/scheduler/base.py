@@ -7,9 +7,11 @@ changes request state: the engine applies the plan (DESIGN.md sections 2-3). Reg
 """
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from typing import ClassVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.kv.blocks import KVManager
@@ -44,9 +46,12 @@ class Scheduler:
     name: ClassVar[str] = "base"
     Knobs: ClassVar[type[Knobs]] = Knobs
 
-    def __init__(self, knobs: Knobs, kv: KVManager):
+    def __init__(self, knobs: Knobs, kv: KVManager, *, rng: np.random.Generator | None = None,
+                 max_context: int | None = None):
         self.knobs = knobs
         self.kv = kv
+        self.max_context = max_context  # the model's context length, when the engine knows it
+        self.rng = rng if rng is not None else np.random.default_rng(0)  # the engine passes a seeded one
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
 
@@ -74,14 +79,41 @@ class Scheduler:
         raise NotImplementedError
 
     # ---- helpers for policies -------------------------------------------------------------
-    def preempt(self, victim: Request, plan: StepPlan) -> None:
-        """Preemption by recompute: free the victim's blocks and requeue it at the front.
-        (The engine resets its progress when it commits the plan.)"""
-        self.running.remove(victim)
-        self.kv.free(victim.id)
+    def requeue(self, victim: Request) -> None:
+        """Where a preempted request waits: the front of the queue (policies may override)."""
         self.waiting.appendleft(victim)
+
+    def preempt(self, victim: Request, plan: StepPlan) -> None:
+        """Take ``victim``'s KV away and requeue it (``requeue``). By swap when ``kv.preemption``
+        is swap and the host space holds its blocks (progress kept, blocks priced over the host
+        link), else by recompute (blocks freed; the engine resets its progress on commit)."""
+        self.running.remove(victim)
+        if self.kv.can_swap_out(victim.id):
+            plan.blocks_swapped_out += self.kv.swap_out(victim.id)
+            plan.swapped_out.append(victim.id)
+        else:
+            self.kv.free(victim.id)
+        self.requeue(victim)
         plan.preempted.append(victim.id)
         plan.num_new_tokens.pop(victim.id, None)
+
+    def admit_blocks(self, r: Request, plan: StepPlan, total_tokens: int, cached: int = 0) -> bool:
+        """Blocks for a waiting request to cover ``total_tokens`` (all-or-nothing, keeping the
+        watermark): swapped back in from host memory if it was swapped out, else allocated,
+        taking ``cached`` prompt tokens' blocks from the prefix cache. Records both in ``plan``."""
+        kv = self.kv
+        if kv.is_swapped(r.id):
+            moved = kv.swapped[r.id]
+            if not kv.swap_in(r.id, total_tokens):
+                return False
+            plan.swapped_in.append(r.id)
+            plan.blocks_swapped_in += moved
+            return True
+        if not kv.allocate(r.id, total_tokens, admit=True, spec=r.spec, cached_tokens=cached):
+            return False
+        if cached:
+            plan.cached_tokens[r.id] = cached
+        return True
 
     def schedule_decodes(self, plan: StepPlan) -> None:
         """Give every running request its next token(s), preempting by recompute when blocks
@@ -105,3 +137,112 @@ class Scheduler:
                 continue
             out[r.id] = total - r.num_computed
             i += 1
+
+    def grow(self, r: Request, total_tokens: int, plan: StepPlan, victim) -> bool:
+        """Blocks for running ``r`` to cover ``total_tokens``, preempting ``victim()`` until they
+        fit; False when ``r`` itself was the victim."""
+        while not self.kv.allocate(r.id, total_tokens):
+            v = victim()
+            self.preempt(v, plan)
+            if v is r:
+                return False
+        return True
+
+
+def sort_key_queue(waiting: deque, r: Request, key) -> None:
+    """Insert ``r`` into ``waiting`` kept in ascending ``key`` order (after equal keys)."""
+    waiting.insert(bisect.bisect_right(waiting, key(r), key=key), r)
+
+
+class BudgetScheduler(Scheduler):
+    """The vLLM v1-shaped step most policies share: running requests first (in
+    ``running_order``), then waiting ones in queue order (kept by ``queue_key``), all under one
+    token budget; no admission in a step that preempted.
+
+    A policy overrides only its hooks, each a small function in its own file: ``budget``,
+    ``running_order``, ``queue_key`` (None: FCFS), ``victim``, ``chunk`` (tokens a request may
+    compute this step), ``admissible`` (an extra admission test), ``reserve`` (tokens of KV to
+    hold on admission).
+    """
+
+    queue_key = None  # a static ordering of the waiting queue; None keeps arrival order
+
+    def budget(self) -> int:
+        return self.knobs.max_num_batched_tokens
+
+    def running_order(self) -> list[Request]:
+        return list(self.running)
+
+    def victim(self) -> Request:
+        return self.running[-1]
+
+    def chunk(self, r: Request, want: int, budget: int) -> int:
+        """Chunked prefill: as many of the ``want`` tokens as the budget allows (0: none)."""
+        return min(want, budget)
+
+    def admissible(self, r: Request, now: float) -> bool:
+        return True
+
+    def reserve(self, r: Request, total_tokens: int) -> int:
+        return total_tokens
+
+    def add(self, req: Request) -> None:
+        if self.queue_key is None:
+            self.waiting.append(req)
+        else:
+            sort_key_queue(self.waiting, req, self.queue_key)
+
+    def requeue(self, victim: Request) -> None:
+        if self.queue_key is None:
+            self.waiting.appendleft(victim)
+        else:
+            sort_key_queue(self.waiting, victim, self.queue_key)
+
+    def schedule(self, now: float) -> StepPlan:
+        plan = StepPlan()
+        budget = self.schedule_running(plan, self.budget())
+        if not plan.preempted:
+            self.schedule_waiting(plan, budget, now)
+        return plan
+
+    def schedule_running(self, plan: StepPlan, budget: int) -> int:
+        """Running requests catch up (decodes, unfinished chunks); returns the budget left. A
+        victim already scheduled this step gives its tokens back to the budget."""
+        refund = 0
+
+        def victim() -> Request:
+            nonlocal refund
+            v = self.victim()
+            refund += plan.num_new_tokens.get(v.id, 0)
+            return v
+
+        for r in self.running_order():
+            if budget <= 0:
+                break
+            if r.id in plan.preempted:
+                continue
+            n = self.chunk(r, r.remaining, budget)
+            if n > 0 and self.grow(r, r.num_computed + n, plan, victim):
+                plan.num_new_tokens[r.id] = n
+                budget -= n
+            budget, refund = budget + refund, 0
+        return budget
+
+    def schedule_waiting(self, plan: StepPlan, budget: int, now: float) -> None:
+        """Admit waiting requests in queue order until one does not fit (head-of-line)."""
+        kv = self.kv
+        while self.waiting and budget > 0 and len(self.running) < self.knobs.max_num_seqs:
+            r = self.waiting[0]
+            fresh = r.num_computed == 0 and not kv.is_swapped(r.id)
+            cached = kv.prefix_hit(r.spec, r.num_tokens) if fresh else 0
+            if not self.running:  # nothing else can free memory: the chunk shrinks to what fits
+                budget = min(budget, (kv.num_free - kv.watermark_blocks) * kv.block_size - r.num_computed - cached)
+            n = self.chunk(r, r.remaining - cached, budget)
+            if n <= 0 or not self.admissible(r, now):
+                return
+            if not self.admit_blocks(r, plan, self.reserve(r, r.num_computed + cached + n), cached):
+                return
+            self.waiting.popleft()
+            self.running.append(r)
+            plan.num_new_tokens[r.id] = n
+            budget -= n

@@ -29,7 +29,7 @@ class StaticScheduler(Scheduler):
                 r = self.waiting[0]
                 if r.remaining > budget and plan.num_new_tokens:
                     break
-                if not self.kv.allocate(r.id, r.num_tokens, admit=True):
+                if not self.admit_blocks(r, plan, r.num_tokens):
                     break
                 self.waiting.popleft()
                 self.running.append(r)

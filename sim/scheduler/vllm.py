@@ -34,7 +34,7 @@ class VLLMScheduler(Scheduler):
             need = r.remaining
             if need > budget and (plan.num_new_tokens or need <= self.knobs.max_num_batched_tokens):
                 break
-            if not self.kv.allocate(r.id, r.num_tokens, admit=True):
+            if not self.admit_blocks(r, plan, r.num_tokens):
                 break
             self.waiting.popleft()
             self.running.append(r)

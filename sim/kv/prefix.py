@@ -1,0 +1,223 @@
+"""Prefix caching (``kv.prefix_caching: true``): a hash chain over full prompt blocks.
+
+Source: vLLM v1 automatic prefix caching (``vllm/v1/core/kv_cache_manager.py`` and
+``block_pool.py``, 0.6-0.8): a full block's hash chains its parent's hash with its own tokens;
+cached blocks are ref-counted; a freed block keeps its hash and goes to the free list, which
+doubles as the eviction queue; a cache hit never covers the last prompt token. Eviction policies as
+one-line key functions follow SGLang's radix cache (``lru``, ``lfu``, ``fifo``).
+
+Hashes come from the trace (``RequestSpec.block_hashes``, one id per ``hash_block_tokens`` tokens,
+512 for Mooncake), never from token contents: a KV block's hash chains (parent hash, the trace ids
+of the hash blocks it overlaps, its token offset), so one 512-token hash block covers 512 /
+``block_size`` KV blocks. A request without ``block_hashes`` is never cached.
+
+Departures: free blocks without a hash are handed out before any cached block is evicted (vLLM
+keeps them in one queue); the eviction key's clock is a counter of KV-manager calls, not time; a
+block is registered in the cache when it is allocated for a step that fills it (as vLLM v1 does),
+so a request admitted in the same step can hit it; blocks brought back by a swap-in are not
+re-registered.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+
+from sim.kv.blocks import BlockPool, KVManager
+
+
+@dataclass(slots=True)
+class BlockMeta:
+    """What the eviction keys may read about a cached block (ticks are KV-manager call counts)."""
+
+    last_access: int = 0
+    hits: int = 0
+    cached_at: int = 0
+
+
+EVICTION = {
+    "lru": lambda m: m.last_access,
+    "lfu": lambda m: (m.hits, m.last_access),
+    "fifo": lambda m: m.cached_at,
+}
+"""Eviction policy -> key of a free cached block; the smallest key is evicted first."""
+
+
+def kv_block_hashes(block_hashes: tuple[int, ...], hash_block_tokens: int, block_size: int,
+                    prompt_tokens: int) -> list[int]:
+    """Chained hashes of the FULL prompt KV blocks covered by the trace's hash ids."""
+    out: list[int] = []
+    parent = 0
+    covered = min(prompt_tokens, len(block_hashes) * hash_block_tokens)
+    for j in range(covered // block_size):
+        start, end = j * block_size, (j + 1) * block_size
+        ids = tuple(block_hashes[t] for t in range(start // hash_block_tokens, (end - 1) // hash_block_tokens + 1))
+        parent = hash((parent, ids, start % hash_block_tokens))
+        out.append(parent)
+    return out
+
+
+def usable_hit_tokens(hit_blocks: int, block_size: int, num_tokens: int) -> int:
+    """Tokens a prefix hit may skip: whole hit blocks, never the last token of the sequence.
+
+    The last prompt token is always recomputed on a full hit, because computing it is what
+    produces the logits the first output token is sampled from (vLLM v1 caps a hit at
+    ``num_tokens - 1``, which drops the last block when the prompt fills it exactly)."""
+    return min(hit_blocks, (num_tokens - 1) // block_size) * block_size
+
+
+class CachedBlockPool(BlockPool):
+    """A block pool whose blocks are ref-counted and may carry a prefix hash.
+
+    Free blocks without a hash form a FIFO list; free blocks with a hash stay findable by
+    their hash and wait in an eviction heap ordered by the policy's key.
+    """
+
+    def __init__(self, num_blocks: int, eviction: str = "lru"):
+        super().__init__(num_blocks)
+        self.key = EVICTION[eviction]
+        self.ref = [0] * num_blocks
+        self.meta = [BlockMeta() for _ in range(num_blocks)]
+        self.hash_of: dict[int, int] = {}  # block -> hash
+        self.block_of: dict[int, int] = {}  # hash -> block
+        self._heap: list[tuple] = []  # (key, push order, block, version)
+        self._version = [0] * num_blocks
+        self._evictable = 0
+        self._pushes = 0
+        self.tick = 0
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free) + self._evictable
+
+    @property
+    def num_referenced(self) -> int:
+        return sum(1 for r in self.ref if r)
+
+    def take(self, n: int) -> list[int]:
+        if n > self.num_free:
+            raise RuntimeError(f"asked for {n} blocks with {self.num_free} free")
+        out = []
+        for _ in range(n):
+            b = self._free.popleft() if self._free else self._evict()
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def _evict(self) -> int:
+        while True:
+            _, _, b, version = heapq.heappop(self._heap)
+            if version == self._version[b] and self.ref[b] == 0:
+                break
+        self._evictable -= 1
+        self._version[b] += 1
+        del self.block_of[self.hash_of.pop(b)]
+        return b
+
+    def claim(self, b: int) -> None:
+        """Reference a cached block found by its hash (a hit)."""
+        if self.ref[b] == 0:
+            self._evictable -= 1
+            self._version[b] += 1
+        self.ref[b] += 1
+        m = self.meta[b]
+        m.hits += 1
+        m.last_access = self.tick
+
+    def give(self, blocks: list[int]) -> None:
+        """Drop one reference from each block; unreferenced blocks become free (tail first, so
+        a sequence's last blocks are evicted before its shared prefix)."""
+        for b in reversed(blocks):
+            self.ref[b] -= 1
+            if self.ref[b]:
+                continue
+            if b in self.hash_of:
+                self.meta[b].last_access = self.tick
+                self._pushes += 1
+                heapq.heappush(self._heap, (self.key(self.meta[b]), self._pushes, b, self._version[b]))
+                self._evictable += 1
+            else:
+                self._free.append(b)
+
+    def register(self, b: int, h: int) -> None:
+        """Give a newly filled block its hash, unless another block already caches that hash."""
+        if h in self.block_of or b in self.hash_of:
+            return
+        self.block_of[h] = b
+        self.hash_of[b] = h
+        self.meta[b] = BlockMeta(last_access=self.tick, hits=0, cached_at=self.tick)
+
+
+class PrefixKVManager(KVManager):
+    """``KVManager`` with prefix caching over a ``CachedBlockPool``."""
+
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, swap_blocks: int = 0,
+                 eviction: str = "lru"):
+        self._eviction = eviction
+        super().__init__(num_blocks, block_size, watermark, swap_blocks=swap_blocks)
+        self._chains: dict[int, list[int]] = {}  # request id -> its full prompt blocks' hashes
+        self._registered: dict[int, int] = {}  # request id -> leading blocks already offered to the cache
+
+    def _make_pool(self, num_blocks: int) -> CachedBlockPool:
+        return CachedBlockPool(num_blocks, self._eviction)
+
+    def chain(self, spec) -> list[int]:
+        if spec.block_hashes is None:
+            return []
+        return kv_block_hashes(spec.block_hashes, spec.hash_block_tokens, self.block_size, spec.prompt_tokens)
+
+    def _hit_blocks(self, chain: list[int]) -> list[int]:
+        out = []
+        for h in chain:
+            b = self.pool.block_of.get(h)
+            if b is None:
+                break
+            out.append(b)
+        return out
+
+    def prefix_hit(self, spec, num_tokens: int) -> int:
+        hits = self._hit_blocks(self.chain(spec))
+        return usable_hit_tokens(len(hits), self.block_size, num_tokens)
+
+    def allocate(self, req_id: int, total_tokens: int, *, admit: bool = False, spec=None,
+                 cached_tokens: int = 0) -> bool:
+        pool = self.pool
+        pool.tick += 1
+        if req_id not in self.tables and spec is not None:
+            chain = self.chain(spec)
+            hits = self._hit_blocks(chain)[: cached_tokens // self.block_size]
+            if len(hits) * self.block_size < cached_tokens:
+                return False  # the promised hit was evicted since prefix_hit answered
+            fresh = max(0, self.blocks_for(total_tokens) - len(hits))
+            taken_free = sum(1 for b in hits if pool.ref[b] == 0)
+            if not self.can_allocate(fresh + taken_free, admit=admit):
+                return False
+            for b in hits:
+                pool.claim(b)
+            self.tables[req_id] = hits + pool.take(fresh)
+            self._chains[req_id] = chain
+            self._registered[req_id] = len(hits)
+        elif not super().allocate(req_id, total_tokens, admit=admit):
+            return False
+        self._register_full(req_id, total_tokens)
+        return True
+
+    def _register_full(self, req_id: int, total_tokens: int) -> None:
+        chain = self._chains.get(req_id)
+        if not chain:
+            return
+        table = self.tables[req_id]
+        upto = min(len(chain), total_tokens // self.block_size)
+        for j in range(self._registered[req_id], upto):
+            self.pool.register(table[j], chain[j])
+        self._registered[req_id] = max(upto, self._registered[req_id])
+
+    def free(self, req_id: int) -> int:
+        self.pool.tick += 1
+        self._chains.pop(req_id, None)
+        self._registered.pop(req_id, None)
+        return super().free(req_id)
+
+    @property
+    def num_referenced(self) -> int:
+        return self.pool.num_referenced

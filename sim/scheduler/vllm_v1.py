@@ -1,0 +1,34 @@
+"""``vllm_v1``: the vLLM V1 engine's scheduler (vLLM 0.8-0.10, ``vllm/v1/core/sched/scheduler.py``).
+
+Source: vLLM V1 ``Scheduler.schedule`` with the FCFS policy. There is no prefill or decode
+phase: a step is ``{request_id: num_new_tokens}`` under one token budget
+(``max_num_batched_tokens``). Running requests come first, in order (decodes and unfinished
+prefill chunks alike), then waiting ones; prefills are chunked to what is left of the budget;
+``long_prefill_token_threshold`` caps the tokens any one request computes in a step. When blocks
+run out the last running request is preempted (recompute, or swap with ``kv.preemption: swap``)
+and no waiting request is admitted in that step. A waiting request that does not fit stops
+admission (head-of-line). Prefix-cache hits skip whole cached blocks, never the last token.
+
+Departures: the KV watermark (``kv.watermark``) is kept at admission (V1 has none; set 0 to
+match); no speculative decoding, no encoder budget, no ``max_num_partial_prefills``; when nothing
+is running and the head's chunk does not fit the free blocks, the chunk shrinks to fit (V1 waits).
+"""
+from __future__ import annotations
+
+from pydantic import Field
+
+from sim.scheduler.base import BudgetScheduler, Knobs, register
+
+
+class V1Knobs(Knobs):
+    long_prefill_token_threshold: int | None = Field(
+        default=None, ge=1, description="most tokens one request computes in a step (None: no cap)")
+
+
+@register("vllm_v1")
+class VLLMV1Scheduler(BudgetScheduler):
+    Knobs = V1Knobs
+
+    def chunk(self, r, want, budget):
+        cap = self.knobs.long_prefill_token_threshold
+        return min(want, budget, cap if cap is not None else want)
