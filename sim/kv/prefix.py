@@ -49,9 +49,9 @@ def kv_block_hashes(block_hashes: tuple[int, ...], hash_block_tokens: int, block
     out: list[int] = []
     parent = 0
     covered = min(prompt_tokens, len(block_hashes) * hash_block_tokens)
-    for j in range(covered // block_size):
-        start, end = j * block_size, (j + 1) * block_size
-        ids = tuple(block_hashes[t] for t in range(start // hash_block_tokens, (end - 1) // hash_block_tokens + 1))
+    for start in range(0, covered - block_size + 1, block_size):
+        first, last = start // hash_block_tokens, (start + block_size - 1) // hash_block_tokens
+        ids = block_hashes[first] if first == last else block_hashes[first:last + 1]
         parent = hash((parent, ids, start % hash_block_tokens))
         out.append(parent)
     return out
@@ -84,6 +84,7 @@ class CachedBlockPool(BlockPool):
         self._version = [0] * num_blocks
         self._evictable = 0
         self._pushes = 0
+        self.evictions = 0
         self.tick = 0
 
     @property
@@ -91,7 +92,13 @@ class CachedBlockPool(BlockPool):
         return len(self._free) + self._evictable
 
     @property
+    def num_used(self) -> int:
+        """Blocks referenced by a request (free cached blocks count as free)."""
+        return self.num_blocks - self.num_free
+
+    @property
     def num_referenced(self) -> int:
+        """Blocks with a non-zero reference count, counted one by one (for checks)."""
         return sum(1 for r in self.ref if r)
 
     def take(self, n: int) -> list[int]:
@@ -111,6 +118,7 @@ class CachedBlockPool(BlockPool):
                 break
         self._evictable -= 1
         self._version[b] += 1
+        self.evictions += 1
         del self.block_of[self.hash_of.pop(b)]
         return b
 
@@ -157,22 +165,35 @@ class PrefixKVManager(KVManager):
         super().__init__(num_blocks, block_size, watermark, swap_blocks=swap_blocks)
         self._chains: dict[int, list[int]] = {}  # request id -> its full prompt blocks' hashes
         self._registered: dict[int, int] = {}  # request id -> leading blocks already offered to the cache
+        self._last_chain: tuple = (None, [])
+        self._last_hits: tuple = (None, 0, [])
 
     def _make_pool(self, num_blocks: int) -> CachedBlockPool:
         return CachedBlockPool(num_blocks, self._eviction)
 
     def chain(self, spec) -> list[int]:
+        """``spec``'s KV-block hash chain; the last one asked for is kept (the queue's head is
+        asked every step while it waits)."""
         if spec.block_hashes is None:
             return []
-        return kv_block_hashes(spec.block_hashes, spec.hash_block_tokens, self.block_size, spec.prompt_tokens)
+        if self._last_chain[0] is not spec:
+            self._last_chain = (spec, kv_block_hashes(spec.block_hashes, spec.hash_block_tokens, self.block_size,
+                                                      spec.prompt_tokens))
+        return self._last_chain[1]
 
     def _hit_blocks(self, chain: list[int]) -> list[int]:
-        out = []
-        for h in chain:
-            b = self.pool.block_of.get(h)
+        """Blocks caching ``chain``'s leading hashes. The answer for the last chain is kept until
+        an eviction (registrations only extend it), since the queue's head asks every step."""
+        block_of = self.pool.block_of
+        memo_chain, memo_evictions, out = self._last_hits
+        if memo_chain is not chain or memo_evictions != self.pool.evictions:
+            out = []
+        for h in chain[len(out):]:
+            b = block_of.get(h)
             if b is None:
                 break
             out.append(b)
+        self._last_hits = (chain, self.pool.evictions, out)
         return out
 
     def prefix_hit(self, spec, num_tokens: int) -> int:
@@ -185,12 +206,13 @@ class PrefixKVManager(KVManager):
         pool.tick += 1
         if req_id not in self.tables and spec is not None:
             chain = self.chain(spec)
-            hits = self._hit_blocks(chain)[: cached_tokens // self.block_size]
+            hits = list(self._hit_blocks(chain)[: cached_tokens // self.block_size])
             if len(hits) * self.block_size < cached_tokens:
                 return False  # the promised hit was evicted since prefix_hit answered
             fresh = max(0, self.blocks_for(total_tokens) - len(hits))
-            taken_free = sum(1 for b in hits if pool.ref[b] == 0)
-            if not self.can_allocate(fresh + taken_free, admit=admit):
+            if not self.can_allocate(fresh, admit=admit):
+                return False
+            if not self.can_allocate(fresh + sum(1 for b in hits if pool.ref[b] == 0), admit=admit):
                 return False
             for b in hits:
                 pool.claim(b)

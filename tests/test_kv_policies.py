@@ -1,0 +1,107 @@
+"""KV memory policies: paged blocks, swap to host, prefix caching (exact block ids)."""
+from __future__ import annotations
+
+import pytest
+
+from sim.kv import KVManager, PrefixKVManager, swap_space_blocks
+from sim.kv.prefix import EVICTION, kv_block_hashes, usable_hit_tokens
+from sim.types import RequestSpec
+
+
+def spec(i, prompt, hashes, hbt=8):
+    return RequestSpec(id=i, arrival_s=0.0, prompt_tokens=prompt, output_tokens=4, block_hashes=hashes,
+                       hash_block_tokens=hbt)
+
+
+def test_paged_allocation_hands_out_lowest_ids_and_returns_them():
+    kv = KVManager(8, 4, 0.0)
+    assert kv.allocate(1, 6) and kv.tables[1] == [0, 1]
+    assert kv.allocate(2, 4) and kv.tables[2] == [2]
+    assert kv.allocate(1, 9) and kv.tables[1] == [0, 1, 3]
+    assert not kv.allocate(2, 40) and kv.tables[2] == [2]  # all-or-nothing
+    assert kv.free(1) == 3 and kv.num_used == 1
+
+
+def test_watermark_is_kept_only_at_admission():
+    kv = KVManager(100, 4, 0.05)
+    assert not kv.allocate(1, 4 * 96, admit=True)
+    assert kv.allocate(1, 4 * 95, admit=True)
+    assert kv.allocate(1, 4 * 100)  # running requests may use the watermark
+
+
+def test_swap_out_and_in_keeps_block_count_and_respects_host_space():
+    kv = KVManager(8, 4, 0.0, swap_blocks=3)
+    kv.allocate(1, 10)  # 3 blocks
+    kv.allocate(2, 4)
+    assert kv.can_swap_out(1)
+    assert kv.swap_out(1) == 3 and kv.is_swapped(1) and kv.num_used == 1 and kv.swap_used == 3
+    assert not kv.can_swap_out(2)  # host space full: the caller falls back to recompute
+    assert kv.swap_in(1, 13) and kv.tables[1] == [4, 5, 6, 7] and kv.swap_used == 0
+
+
+def test_swap_space_in_blocks_from_gib():
+    assert swap_space_blocks(4.0, 2 * 2**20) == 2048
+    assert KVManager(4, 4).can_swap_out(1) is False  # no swap configured
+
+
+def test_trace_hash_block_covers_many_kv_blocks():
+    h = kv_block_hashes((7, 9), 512, 16, 1000)
+    assert len(h) == 62  # full 16-token blocks of a 1000-token prompt
+    same = kv_block_hashes((7, 5), 512, 16, 1000)
+    assert h[:32] == same[:32] and h[32] != same[32]  # the first 512 tokens are one hash block
+    assert kv_block_hashes((3, 9), 512, 16, 1000)[0] != h[0]
+
+
+def test_last_prompt_token_is_recomputed_on_a_full_hit():
+    assert usable_hit_tokens(4, 4, 16) == 12  # prompt fills 4 blocks exactly: last block recomputed
+    assert usable_hit_tokens(4, 4, 17) == 16
+    assert usable_hit_tokens(2, 4, 17) == 8
+
+
+def test_prefix_hit_shares_ref_counted_blocks_and_frees_to_cache():
+    kv = PrefixKVManager(10, 4, 0.0)
+    a, b = spec(1, 17, (1, 2, 3)), spec(2, 14, (1, 2))
+    assert kv.prefix_hit(a, 17) == 0
+    assert kv.allocate(1, 17, spec=a) and kv.tables[1] == [0, 1, 2, 3, 4]
+    hit = kv.prefix_hit(b, 14)
+    assert hit == 12  # hash block 1 (2 KV blocks) and the first KV block of hash block 2
+    assert kv.allocate(2, 14, spec=b, cached_tokens=hit) and kv.tables[2] == [0, 1, 2, 5]
+    assert kv.pool.ref[:6] == [2, 2, 2, 1, 1, 1]
+    kv.free(1)
+    kv.free(2)
+    assert kv.num_used == 0 and kv.num_referenced == 0
+    assert kv.prefix_hit(a, 17) == 16  # all four full blocks of a still cached
+
+
+@pytest.mark.parametrize("policy,order", [("lru", [1, 0, 2, 3]), ("lfu", [1, 2, 3, 0]), ("fifo", [1, 0, 2, 3])])
+def test_eviction_policies_pick_by_key(policy, order):
+    kv = PrefixKVManager(4, 4, 0.0, eviction=policy)
+
+    def use(i, prompt, hashes):
+        s = spec(i, prompt, hashes)
+        assert kv.allocate(i, prompt, spec=s, cached_tokens=kv.prefix_hit(s, prompt))
+        kv.free(i)
+
+    use(1, 9, (10,))  # blocks 0,1 cached under hash block 10, block 2 partial
+    use(2, 9, (20,))  # takes 3, 2 and evicts 1 (a sequence's tail goes first); 3,2 cached under 20
+    use(3, 5, (10,))  # hits block 0 twice: more hits, but earlier
+    use(4, 5, (10,))
+    use(5, 9, (20,))  # hits blocks 3 and 2 once, most recently
+    assert kv.allocate(6, 16) and kv.tables[6] == order  # unhashed block 1 first, then by key
+
+
+def test_eviction_keys_are_one_line_functions():
+    from sim.kv.prefix import BlockMeta
+
+    old_hot, new_cold = BlockMeta(last_access=1, hits=5, cached_at=0), BlockMeta(last_access=9, hits=0, cached_at=2)
+    assert EVICTION["lru"](old_hot) < EVICTION["lru"](new_cold)
+    assert EVICTION["lfu"](new_cold) < EVICTION["lfu"](old_hot)
+    assert EVICTION["fifo"](old_hot) < EVICTION["fifo"](new_cold)
+
+
+def test_no_hashes_means_no_caching():
+    kv = PrefixKVManager(4, 4, 0.0)
+    s = spec(1, 9, None)
+    kv.allocate(1, 9, spec=s)
+    kv.free(1)
+    assert kv.prefix_hit(s, 9) == 0 and not kv.pool.block_of
