@@ -1,0 +1,66 @@
+"""Shared bits of the policy experiments: the YAML base config (its ``experiment:`` section
+holds the sweep, the rest is a servesim config), trace paths relative to the repo root, and
+figure saving (PNG + SVG)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_args(doc: str, default_config: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--config", default=str(Path(__file__).with_name(default_config)), help="experiment YAML")
+    ap.add_argument("--out", default="results/" + Path(default_config).stem, help="folder for tables and figures")
+    ap.add_argument("--num-requests", type=int, default=None, help="override the requests per run")
+    return ap.parse_args()
+
+
+def load(path: str) -> tuple[dict, dict]:
+    """(servesim config dict, experiment section); a trace path is resolved against the repo
+    root, and a missing trace falls back to the section's ``fallback_workload`` with a warning."""
+    data = yaml.safe_load(Path(path).read_text())
+    exp = data.pop("experiment")
+    trace = data.get("workload", {}).get("trace")
+    if trace is not None:
+        p = Path(trace["path"])
+        if not p.is_absolute() and not p.exists():
+            p = REPO / p
+        if p.exists():
+            trace["path"] = str(p)
+        else:
+            print(f"warning: trace {trace['path']} not found; using the synthetic fallback workload", file=sys.stderr)
+            data["workload"] = exp["fallback_workload"]
+    return data, exp
+
+
+def set_requests(cfg: dict, n: int | None) -> None:
+    if n is None:
+        return
+    wl = cfg["workload"]
+    (wl["trace"] if "trace" in wl else wl)["num_requests"] = n
+
+
+def set_rate(cfg: dict, rate: float) -> dict:
+    """A copy of ``cfg`` at ``rate`` requests per second (a trace is rescaled to it)."""
+    cfg = json.loads(json.dumps(cfg))
+    wl = cfg["workload"]
+    (wl["trace"] if "trace" in wl else wl)["rate"] = rate
+    return cfg
+
+
+def figure():
+    from sim.metrics.plots import _plt
+
+    return _plt()
+
+
+def save(fig, out: Path, name: str) -> list[str]:
+    from sim.metrics.plots import save as save_fig
+
+    return save_fig(fig, out, name)

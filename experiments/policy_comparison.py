@@ -1,0 +1,64 @@
+"""Compare every scheduling policy on the Azure conversation trace at several loads.
+
+    python experiments/policy_comparison.py --out results/policy_comparison
+
+Writes ``results.csv`` / ``results.json`` (one row per scheduler and load) and figures of p99
+TTFT, p99 TPOT and goodput against load (``figures/*.png`` and ``.svg``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from policy_common import figure, load, parse_args, save, set_rate, set_requests
+from sim import simulate
+
+METRICS = [("ttft_p99_s", "p99 TTFT (s)", True), ("tpot_p99_s", "p99 TPOT (s)", True),
+           ("goodput_rps", "goodput (req/s within SLO)", False)]
+
+
+def run_all(cfg: dict, exp: dict) -> pd.DataFrame:
+    rows = []
+    for rate in exp["rates"]:
+        for name in exp["schedulers"]:
+            s = simulate({**set_rate(cfg, rate), "scheduler": {"name": name}}, progress=False).summary
+            rows.append({"scheduler": name, "rate": rate, "completed": s["requests"]["completed"],
+                         "rejected": s["requests"]["rejected"], "preemptions": s["requests"]["preemptions"],
+                         "ttft_p99_s": s["ttft_s"]["p99"], "tpot_p99_s": s["tpot_s"]["p99"],
+                         "goodput_rps": s["goodput"]["requests_per_s"], "slo_attainment": s["goodput"]["slo_attainment"]})
+            print(f"rate {rate:>5} {name:>10}: p99 TTFT {rows[-1]['ttft_p99_s']:.3f} s, p99 TPOT "
+                  f"{rows[-1]['tpot_p99_s']:.4f} s, goodput {rows[-1]['goodput_rps']:.2f} req/s", flush=True)
+    return pd.DataFrame(rows)
+
+
+def plot(df: pd.DataFrame, out: Path, title: str) -> None:
+    plt = figure()
+    for col, label, log in METRICS:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for name, g in df.groupby("scheduler", sort=False):
+            ax.plot(g["rate"], g[col], marker="o", label=name)
+        ax.set(xlabel="load (requests/s)", ylabel=label, title=title)
+        if log:
+            ax.set_yscale("log")
+        ax.legend(fontsize=8, ncol=2)
+        save(fig, out / "figures", col)
+        plt.close(fig)
+
+
+def main() -> None:
+    args = parse_args(__doc__, "policy_comparison.yaml")
+    cfg, exp = load(args.config)
+    set_requests(cfg, args.num_requests)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    df = run_all(cfg, exp)
+    df.to_csv(out / "results.csv", index=False)
+    (out / "results.json").write_text(json.dumps(df.to_dict(orient="records"), indent=1) + "\n")
+    plot(df, out, f"{cfg['model']} on {cfg['hardware']}: schedulers against load")
+    print(f"wrote {out}/results.csv and figures/")
+
+
+if __name__ == "__main__":
+    main()
