@@ -54,13 +54,34 @@ def set_rate(cfg: dict, rate: float) -> dict:
     return cfg
 
 
-def figure():
-    from sim.metrics.plots import _plt
+def line_figures(df, out: Path, *, x: str, xlabel: str, series: str, metrics, title: str) -> None:
+    """One figure per ``(column, label, log_y)`` in ``metrics``: a line per ``series`` value
+    against ``x``, saved as PNG and SVG under ``out/figures``."""
+    from sim.metrics.plots import _plt, save
 
-    return _plt()
+    plt = _plt()
+    for col, label, log in metrics:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for name, g in df.groupby(series, sort=False):
+            ax.plot(g[x], g[col], marker="o", label=name, ls="--" if name == "no caching" else "-")
+        ax.set(xlabel=xlabel, ylabel=label, title=title)
+        if log:
+            ax.set_yscale("log")
+        ax.legend(fontsize=8, ncol=2)
+        save(fig, out / "figures", col)
+        plt.close(fig)
 
 
-def save(fig, out: Path, name: str) -> list[str]:
-    from sim.metrics.plots import save as save_fig
-
-    return save_fig(fig, out, name)
+def main(doc: str, default_config: str, run_all, plot) -> None:
+    """Parse the arguments, run the sweep ``run_all(cfg, exp) -> DataFrame``, write
+    ``results.csv`` / ``results.json`` and ``plot(df, out, cfg)``'s figures under ``--out``."""
+    args = parse_args(doc, default_config)
+    cfg, exp = load(args.config)
+    set_requests(cfg, args.num_requests)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    df = run_all(cfg, exp)
+    df.to_csv(out / "results.csv", index=False)
+    (out / "results.json").write_text(json.dumps(df.to_dict(orient="records"), indent=1) + "\n")
+    plot(df, out, cfg)
+    print(f"wrote {out}/results.csv, results.json and figures/")

@@ -7,12 +7,11 @@ TTFT, p99 TPOT and goodput against load (``figures/*.png`` and ``.svg``).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from policy_common import figure, load, parse_args, save, set_rate, set_requests
+from policy_common import line_figures, main, set_rate
 from sim import simulate
 
 METRICS = [("ttft_p99_s", "p99 TTFT (s)", True), ("tpot_p99_s", "p99 TPOT (s)", True),
@@ -33,32 +32,10 @@ def run_all(cfg: dict, exp: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot(df: pd.DataFrame, out: Path, title: str) -> None:
-    plt = figure()
-    for col, label, log in METRICS:
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for name, g in df.groupby("scheduler", sort=False):
-            ax.plot(g["rate"], g[col], marker="o", label=name)
-        ax.set(xlabel="load (requests/s)", ylabel=label, title=title)
-        if log:
-            ax.set_yscale("log")
-        ax.legend(fontsize=8, ncol=2)
-        save(fig, out / "figures", col)
-        plt.close(fig)
-
-
-def main() -> None:
-    args = parse_args(__doc__, "policy_comparison.yaml")
-    cfg, exp = load(args.config)
-    set_requests(cfg, args.num_requests)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    df = run_all(cfg, exp)
-    df.to_csv(out / "results.csv", index=False)
-    (out / "results.json").write_text(json.dumps(df.to_dict(orient="records"), indent=1) + "\n")
-    plot(df, out, f"{cfg['model']} on {cfg['hardware']}: schedulers against load")
-    print(f"wrote {out}/results.csv and figures/")
+def plot(df: pd.DataFrame, out: Path, cfg: dict) -> None:
+    line_figures(df, out, x="rate", xlabel="load (requests/s)", series="scheduler", metrics=METRICS,
+                 title=f"{cfg['model']} on {cfg['hardware']}: schedulers against load")
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, "policy_comparison.yaml", run_all, plot)

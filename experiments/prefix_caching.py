@@ -8,12 +8,11 @@ p99 TTFT against cache size (``figures/*.png`` and ``.svg``).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from policy_common import figure, load, parse_args, save, set_rate, set_requests
+from policy_common import line_figures, main, set_rate
 from sim import simulate
 
 
@@ -34,33 +33,14 @@ def run_all(cfg: dict, exp: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot(df: pd.DataFrame, out: Path, title: str) -> None:
-    plt = figure()
-    for col, label in (("hit_rate", "prefix-cache hit rate (cached / prompt tokens)"),
-                       ("ttft_mean_s", "mean TTFT (s)"), ("ttft_p99_s", "p99 TTFT (s)")):
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for name, g in df.groupby("policy", sort=False):
-            ax.plot(g["num_gpu_blocks"], g[col], marker="o", label=name, ls="--" if name == "no caching" else "-")
-        ax.set(xlabel="KV cache size (blocks of 16 tokens)", ylabel=label, title=title)
-        if col != "hit_rate":
-            ax.set_yscale("log")
-        ax.legend(fontsize=8)
-        save(fig, out / "figures", col)
-        plt.close(fig)
+METRICS = [("hit_rate", "prefix-cache hit rate (cached / prompt tokens)", False),
+           ("ttft_mean_s", "mean TTFT (s)", True), ("ttft_p99_s", "p99 TTFT (s)", True)]
 
 
-def main() -> None:
-    args = parse_args(__doc__, "prefix_caching.yaml")
-    cfg, exp = load(args.config)
-    set_requests(cfg, args.num_requests)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    df = run_all(cfg, exp)
-    df.to_csv(out / "results.csv", index=False)
-    (out / "results.json").write_text(json.dumps(df.to_dict(orient="records"), indent=1) + "\n")
-    plot(df, out, f"prefix caching, {cfg['model']} on {cfg['hardware']}")
-    print(f"wrote {out}/results.csv and figures/")
+def plot(df: pd.DataFrame, out: Path, cfg: dict) -> None:
+    line_figures(df, out, x="num_gpu_blocks", xlabel="KV cache size (blocks of 16 tokens)", series="policy",
+                 metrics=METRICS, title=f"prefix caching, {cfg['model']} on {cfg['hardware']}")
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, "prefix_caching.yaml", run_all, plot)

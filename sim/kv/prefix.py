@@ -20,7 +20,6 @@ re-registered.
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from dataclasses import dataclass
 
 from sim.kv.blocks import BlockPool, KVManager
