@@ -173,3 +173,17 @@ def test_lookahead_projects_the_peak_and_refuses_what_would_not_fit():
         s = mk(name)
         s.add(req(0, 4, 9)), s.add(req(1, 4, 9))
         assert step(s).num_new_tokens == admitted
+
+
+def test_noisy_predictions_are_deterministic_per_seed():
+    from sim import simulate
+
+    def summary(seed):
+        cfg = {"scheduler": {"name": "srpt", "predictor": "noisy", "noise_sigma": 1.0},
+               "workload": {"rate": 40.0, "num_requests": 150}, "kv": {"num_gpu_blocks": 400}, "seed": seed,
+               "output": {"plots": False, "progress": False}}
+        s = simulate(cfg, progress=False).summary
+        s["sim"].pop("wall_s")
+        return s
+
+    assert summary(3) == summary(3)
