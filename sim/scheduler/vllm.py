@@ -8,7 +8,8 @@ token for every running request. When blocks run out the most recently admitted 
 preempted by recompute (its blocks freed, requeued at the front, prompt + generated tokens
 recomputed on readmission).
 
-Departures: no swap preemption here (see ``kv.preemption: swap`` policies); vLLM v0 rejects a
+Departures: ``kv.preemption: swap`` swaps victims out (vLLM v0 swaps only multi-sequence
+groups); prefix-cache hits are not used (blocks are still registered); vLLM v0 rejects a
 prompt longer than ``max_num_batched_tokens`` at startup configuration, we reject the request
 with a reason. A preempted request whose recompute exceeds the token budget is admitted alone.
 """
