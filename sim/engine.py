@@ -100,6 +100,7 @@ class Engine:
         self.itl = array("d")
         self.env = simpy.Environment()
         self.arrivals_done = False
+        self.done_events: dict[int, simpy.Event] = {}  # closed-loop clients wait on these
         self.progress = progress
 
     # ------------------------------------------------------------------ state changes
@@ -128,8 +129,14 @@ class Engine:
     def _reject(self, req: Request, reason: str) -> None:
         req.status = Status.REJECTED
         req.reject_reason = reason
+        self._notify_done(req)
         if self.progress is not None:
             self.progress.update(1)
+
+    def _notify_done(self, req: Request) -> None:
+        ev = self.done_events.pop(req.id, None)
+        if ev is not None:
+            ev.succeed()
 
     def commit_plan(self, rep: Replica, plan: StepPlan, now: float) -> BatchShape:
         """Apply preemptions and mark scheduled requests; return the step's batch shape."""
@@ -190,6 +197,8 @@ class Engine:
                 r.status = Status.FINISHED
                 r.finish_s = now
                 rep.scheduler.finish(r)
+                if self.done_events:
+                    self._notify_done(r)
                 if self.progress is not None:
                     self.progress.update(1)
         return prefill, decode
@@ -202,6 +211,38 @@ class Engine:
             if delay > 0:
                 yield env.timeout(delay)
             self.admit(spec)
+        self._arrivals_finished()
+
+    def _client(self, c: int, budget: list[int]):
+        """One closed-loop client: think, send, wait for the response, repeat while the shared
+        request budget lasts (``budget[0]`` requests left; None = until ``duration_s``)."""
+        from sim.types import RequestSpec
+        from sim.workload.closed_loop import client_draws
+
+        env, wl = self.env, self.cfg.workload
+        for think, prompt, output in client_draws(wl, self.cfg.seed, c):
+            if think > 0:
+                yield env.timeout(think)
+            if wl.duration_s is not None and env.now > wl.duration_s:
+                return
+            if budget[0] is not None:
+                if budget[0] <= 0:
+                    return
+                budget[0] -= 1
+            rid = len(self.requests)
+            done = self.done_events[rid] = env.event()
+            self.admit(RequestSpec(id=rid, arrival_s=env.now, prompt_tokens=prompt, output_tokens=output,
+                                   session_id=f"client-{c}"))
+            yield done
+
+    def _clients(self):
+        cl = self.cfg.workload.closed_loop
+        budget = [self.cfg.workload.num_requests]
+        yield simpy.AllOf(self.env, [self.env.process(self._client(c, budget)) for c in range(cl.clients)])
+        self.workload.info["source"] = f"closed loop: {cl.clients} clients, think {cl.think} mean {cl.think_time_s} s"
+        self._arrivals_finished()
+
+    def _arrivals_finished(self):
         self.arrivals_done = True
         for rep in self.replicas:
             if rep.wake is not None and not rep.wake.triggered:
@@ -244,7 +285,7 @@ class Engine:
                 arr.append(v)
 
     def run(self) -> SimOutput:
-        self.env.process(self._arrivals())
+        self.env.process(self._clients() if self.cfg.workload.closed_loop else self._arrivals())
         for rep in self.replicas:
             self.env.process(self._replica(rep))
         self.env.run()

@@ -139,6 +139,21 @@ class TraceConfig(_Strict):
         return self
 
 
+class ClosedLoopConfig(_Strict):
+    """Closed-loop clients: each of ``clients`` sends a request, waits for its last token (or
+    its rejection), thinks, and sends the next. The offered load then adapts to the service
+    rate, as with a fixed pool of users or a benchmark with bounded concurrency.
+
+    Think times are exponential with mean ``think_time_s`` (``think: fixed`` makes them
+    constant); every client also thinks once before its first request so they do not all
+    start at t = 0. Lengths come from the workload's ``prompt`` and ``output``.
+    """
+
+    clients: int = Field(ge=1, le=1_000_000, description="concurrent users")
+    think_time_s: float = Field(default=1.0, ge=0, description="mean pause between a response and the next request")
+    think: Literal["exponential", "fixed"] = "exponential"
+
+
 class WorkloadConfig(_Strict):
     """Synthetic arrivals and lengths, or a trace replay when ``trace`` is set.
 
@@ -160,11 +175,16 @@ class WorkloadConfig(_Strict):
     sessions: SessionConfig | None = None
     system_prompts: SystemPromptConfig | None = None
     trace: TraceConfig | None = None
+    closed_loop: ClosedLoopConfig | None = None
     clip_to_context: bool = False
 
     @model_validator(mode="after")
     def _check(self):
         _check_arrival(self)
+        if self.closed_loop is not None:
+            clash = [k for k in ("trace", "sessions", "tenants", "diurnal", "burst", "system_prompts") if getattr(self, k)]
+            if clash:
+                raise ValueError(f"closed_loop cannot be combined with {', '.join(clash)}")
         if self.trace is None and self.num_requests is None and self.duration_s is None:
             raise ValueError("a synthetic workload needs num_requests or duration_s")
         if self.tenants is not None:
