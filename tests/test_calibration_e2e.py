@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "calibration" / "cards" / "llama-tiny.yaml")
-STEP_MEDIAN_BOUND = 0.40  # measured 0.13-0.30 on a loaded 2-core shared VM (docs/calibration.md)
+STEP_MEDIAN_BOUND = 0.30  # measured 0.098 on a quiet 2-core VM, 0.13-0.38 with five other jobs running (docs/calibration.md); CI runs alone
 
 
 def _validate(argv):
