@@ -54,7 +54,8 @@ def set_rate(cfg: dict, rate: float) -> dict:
     return cfg
 
 
-def line_figures(df, out: Path, *, x: str, xlabel: str, series: str, metrics, title: str) -> None:
+def line_figures(df, out: Path, *, x: str, xlabel: str, series: str, metrics, title: str,
+                 log_x: bool = False) -> None:
     """One figure per ``(column, label, log_y)`` in ``metrics``: a line per ``series`` value
     against ``x``, saved as PNG and SVG under ``out/figures``."""
     from sim.metrics.plots import _plt, save
@@ -67,6 +68,8 @@ def line_figures(df, out: Path, *, x: str, xlabel: str, series: str, metrics, ti
         ax.set(xlabel=xlabel, ylabel=label, title=title)
         if log:
             ax.set_yscale("log")
+        if log_x:
+            ax.set_xscale("log")
         ax.legend(fontsize=8, ncol=2)
         save(fig, out / "figures", col)
         plt.close(fig)

@@ -39,7 +39,7 @@ METRICS = [("hit_rate", "prefix-cache hit rate (cached / prompt tokens)", False)
 
 def plot(df: pd.DataFrame, out: Path, cfg: dict) -> None:
     line_figures(df, out, x="num_gpu_blocks", xlabel="KV cache size (blocks of 16 tokens)", series="policy",
-                 metrics=METRICS, title=f"prefix caching, {cfg['model']} on {cfg['hardware']}")
+                 metrics=METRICS, title=f"prefix caching, {cfg['model']} on {cfg['hardware']}", log_x=True)
 
 
 if __name__ == "__main__":
