@@ -22,7 +22,8 @@ def run_all(cfg: dict, exp: dict) -> pd.DataFrame:
     rows = []
     for rate in exp["rates"]:
         for name in exp["schedulers"]:
-            s = simulate({**set_rate(cfg, rate), "scheduler": {"name": name}}, progress=False).summary
+            sched = {"name": name, **exp.get("knobs", {}).get(name, {})}
+            s = simulate({**set_rate(cfg, rate), "scheduler": sched}, progress=False).summary
             rows.append({"scheduler": name, "rate": rate, "completed": s["requests"]["completed"],
                          "rejected": s["requests"]["rejected"], "preemptions": s["requests"]["preemptions"],
                          "ttft_p99_s": s["ttft_s"]["p99"], "tpot_p99_s": s["tpot_s"]["p99"],
