@@ -190,8 +190,26 @@ def _coerce(value: str) -> Any:
         return value
 
 
+def _section_default(path: list[str]) -> dict:
+    """The default contents of the config section at ``path`` (empty if it has none), so that
+    ``--set workload.prompt.max=1000`` changes one knob of the default prompt distribution
+    instead of replacing the distribution."""
+    cls, default = Config, None
+    for p in path:
+        f = getattr(cls, "model_fields", {}).get(p)
+        if f is None:
+            return {}
+        default = f.get_default(call_default_factory=True)
+        ann = type(default) if isinstance(default, BaseModel) else f.annotation
+        cls = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if cls is None:
+            return {}
+    return default.model_dump(mode="json", exclude_unset=True) if isinstance(default, BaseModel) else {}
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply ``a.b.c=value`` strings to a nested dict (a new dict is returned)."""
+    """Apply ``a.b.c=value`` strings to a nested dict (a new dict is returned). A section the
+    data does not mention starts from its default contents."""
     import copy
 
     data = copy.deepcopy(data)
@@ -201,12 +219,12 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         key, value = item.split("=", 1)
         parts = key.strip().split(".")
         node = data
-        for p in parts[:-1]:
+        for i, p in enumerate(parts[:-1]):
             nxt = node.get(p)
             if nxt is None:
-                nxt = node[p] = {}
+                nxt = node[p] = _section_default(parts[: i + 1])
             if not isinstance(nxt, dict):
-                raise ConfigError(f"--set {key}: {'.'.join(parts[:parts.index(p) + 1])} is not a section")
+                raise ConfigError(f"--set {key}: {'.'.join(parts[:i + 1])} is not a section")
             node = nxt
         node[parts[-1]] = _coerce(value)
     return data

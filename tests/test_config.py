@@ -47,3 +47,10 @@ def test_config_is_frozen():
     c = load_config()
     with pytest.raises(Exception):
         c.seed = 3
+
+
+def test_set_changes_one_knob_of_a_default_section():
+    c = build_config({}, ["workload.prompt.max=1000"])
+    assert (c.workload.prompt.kind, c.workload.prompt.median, c.workload.prompt.max) == ("lognormal", 1020, 1000)
+    c = build_config({"workload": {"prompt": {"kind": "fixed", "value": 5}}}, ["workload.prompt.value=7"])
+    assert (c.workload.prompt.kind, c.workload.prompt.value, c.workload.prompt.max) == ("fixed", 7, None)

@@ -28,4 +28,8 @@ def print_summary(s: dict, cfg) -> None:
         print(f"cost: {c['gpu_hours']:.3f} GPU-hours x ${c['usd_per_gpu_hour']}/h = ${c['usd']:.2f}; "
               f"${c['usd_per_million_output_tokens']:.2f} per million output tokens")
     sim = s["sim"]
-    print(f"simulated {sim['simulated_s']:,.1f} s in {sim['steps']:,} steps, wall {sim['wall_s']:.2f} s\n")
+    print(f"simulated {sim['simulated_s']:,.1f} s in {sim['steps']:,} steps, wall {sim['wall_s']:.2f} s")
+    if sim.get("out_of_range_queries"):
+        print(f"note: {sim['out_of_range_queries']:,} operator queries fell outside the profiled grid "
+              f"(priced at the grid edge, scaled by the roofline)")
+    print()
