@@ -131,7 +131,6 @@ class ProfiledCostModel(RooflineCostModel):
     def __init__(self, model, hw, tables: dict[str, Table], **kw):
         super().__init__(model, hw, **kw)
         self.tables = tables
-        self._dec_max = 0
         self._attn_cache: dict = {}
 
     # ------------------------------------------------------------------ lookup core
@@ -181,11 +180,11 @@ class ProfiledCostModel(RooflineCostModel):
             total += hit[0]
         return total
 
-    def attn_decode(self, num_seqs: int, kv_tokens: int) -> float:
+    def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
         tab = self._table("attn_decode", "")
         if tab is None or not num_seqs:
             return super().attn_decode(num_seqs, kv_tokens)
-        longest = self._dec_max or -(-kv_tokens // num_seqs)
+        longest = longest or -(-kv_tokens // num_seqs)
         roof = lambda a, b: RooflineCostModel.attn_decode(self, max(1, round(a)), max(1, round(a)) * b)  # noqa: E731
         return self._lookup(tab, roof, num_seqs, longest)
 
@@ -206,11 +205,6 @@ class ProfiledCostModel(RooflineCostModel):
         if tab is None or world <= 1 or nbytes <= 0:
             return super().collective(op, nbytes, world)
         return self._lookup(tab, lambda a, _b: RooflineCostModel.collective(self, op, a, world), nbytes)
-
-    # ------------------------------------------------------------------ composition
-    def step_time(self, shape: BatchShape) -> StepTime:
-        self._dec_max = max((c + 1 for q, c in zip(shape.new_tokens, shape.context_lens) if q == 1), default=0)
-        return super().step_time(shape)
 
 
 # ---------------------------------------------------------------------- discovery

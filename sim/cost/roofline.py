@@ -120,8 +120,9 @@ class RooflineCostModel:
             nbytes += q * q_tok + (c + q) * kv_tok
         return self._roof(flops, nbytes, self.p.attn_eff) if chunks else 0.0
 
-    def attn_decode(self, num_seqs: int, kv_tokens: int) -> float:
-        """Decode attention (q = 1) over ``kv_tokens`` cached tokens in total (incl. the new ones)."""
+    def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
+        """Decode attention (q = 1) over ``kv_tokens`` cached tokens in total (incl. the new ones);
+        ``longest`` (the longest sequence) is unused by the roofline, used by profiled tables."""
         if not num_seqs:
             return 0.0
         s = self.shapes
@@ -187,26 +188,37 @@ class RooflineCostModel:
 
     def step_time(self, shape: BatchShape) -> StepTime:
         tokens = 0
-        dec_n = dec_kv = 0
+        dec_n = dec_kv = dec_max = 0
         chunks = []
         for q, c in zip(shape.new_tokens, shape.context_lens):
             tokens += q
             if q == 1:
                 dec_n += 1
                 dec_kv += c + 1
+                if c >= dec_max:
+                    dec_max = c + 1
             else:
                 chunks.append((q, c))
-        n = len(shape.new_tokens)
+        return self._price(tokens, len(shape.new_tokens), chunks, dec_n, dec_kv, dec_max,
+                           shape.blocks_swapped_in + shape.blocks_swapped_out)
+
+    def decode_step(self, num_seqs: int, kv_tokens: int, longest: int) -> StepTime:
+        """A step of ``num_seqs`` single-token sequences attending over ``kv_tokens`` cached
+        tokens in total (the longest over ``longest``): exactly ``step_time`` of that BatchShape,
+        without building it (the engine's decode fast-forward prices many such steps)."""
+        return self._price(num_seqs, num_seqs, (), num_seqs, kv_tokens, longest, 0)
+
+    def _price(self, tokens: int, n: int, chunks, dec_n: int, dec_kv: int, dec_max: int, swapped: int) -> StepTime:
         gemm, other, comm, oor = self._dense_part(tokens, n) if n else (0.0, 0.0, 0.0, 0)
         layers = self.model.num_layers  # attention runs in every layer of every stage
         ap = layers * self.attn_prefill(chunks) if chunks else 0.0
-        ad = layers * self.attn_decode(dec_n, dec_kv) if dec_n else 0.0
+        ad = layers * self.attn_decode(dec_n, dec_kv, dec_max) if dec_n else 0.0
         self._oor += oor
         cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n if n else 0.0
         swap = 0.0
-        if shape.blocks_swapped_in or shape.blocks_swapped_out:
+        if swapped:
             block_bytes = self.block_size * kv_bytes_per_token_per_gpu(self.model, self.tp, self.pp, self.kv_dtype)
-            swap = (shape.blocks_swapped_in + shape.blocks_swapped_out) * block_bytes / self.hw.host_bw
+            swap = swapped * block_bytes / self.hw.host_bw
         total = gemm + ap + ad + comm + other + cpu + swap
         return StepTime(total, gemm, ap, ad, comm, other, cpu, swap, self.source, oor)
 
