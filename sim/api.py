@@ -63,7 +63,7 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
     steps = steps_frame(sim_out)
     wall = time.perf_counter() - t0
     summary = clean_json(summarize(sim_out, req, steps, wall))
-    itl = np.frombuffer(sim_out.itl_s, float).copy() if len(sim_out.itl_s) else np.zeros(0)
+    itl = np.repeat(np.asarray(sim_out.itl_values, float), np.asarray(sim_out.itl_counts, np.int64))
     res = Results(summary, req, steps, cfg, itl)
     if out is not None:
         write_results(res, Path(out), plots=cfg.output.plots if plots is None else plots)

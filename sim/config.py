@@ -104,6 +104,12 @@ class Cost(_Strict):
     roofline: Roofline = Roofline()
 
 
+class EngineSection(_Strict):
+    fast_forward: bool = Field(default=True, description=(
+        "price runs of identical decode steps without per-request work between their ends; "
+        "exact (same results as step by step), only faster"))
+
+
 class Output(_Strict):
     plots: bool = True
     progress: bool = True
@@ -120,6 +126,7 @@ class Config(_Strict):
     workload: WorkloadConfig = WorkloadConfig()
     slo: SLO = SLO()
     cost: Cost = Cost()
+    engine: EngineSection = EngineSection()
     output: Output = Output()
     seed: int = Field(default=0, ge=0)
 

@@ -8,6 +8,7 @@ and ``complete_step``. Events are per step, never per token.
 """
 from __future__ import annotations
 
+import heapq
 from array import array
 from dataclasses import dataclass, field, replace
 
@@ -43,6 +44,28 @@ class StepLog:
     source: list = field(default_factory=list)
     components: dict = field(default_factory=lambda: {c: array("d") for c in COMPONENTS})
 
+    def add(self, replica: int, start: float, st, batch: int, prefill: int, decode: int, preempted: int,
+            kv_used: int, waiting: int) -> None:
+        self.replica.append(replica)
+        self.start_s.append(start)
+        self.duration_s.append(st.total)
+        self.batch_size.append(batch)
+        self.num_tokens.append(prefill + decode)
+        self.prefill_tokens.append(prefill)
+        self.decode_tokens.append(decode)
+        self.preempted.append(preempted)
+        self.kv_blocks_used.append(kv_used)
+        self.waiting.append(waiting)
+        self.source.append(st.source)
+        c = self.components
+        c["gemm"].append(st.gemm)
+        c["attn_prefill"].append(st.attn_prefill)
+        c["attn_decode"].append(st.attn_decode)
+        c["comm"].append(st.comm)
+        c["other_gpu"].append(st.other_gpu)
+        c["cpu"].append(st.cpu)
+        c["swap"].append(st.swap)
+
 
 @dataclass
 class SimOutput:
@@ -51,7 +74,10 @@ class SimOutput:
     config: Config
     requests: list[Request]
     steps: StepLog
-    itl_s: array
+    itl_values: array
+    """Distinct inter-token gaps (s) with ``itl_counts`` tokens each: the ITL distribution,
+    stored weighted because most gaps of a step are equal."""
+    itl_counts: array
     memory: dict
     num_gpus: int
     simulated_s: float
@@ -97,7 +123,13 @@ class Engine:
         self.requests: list[Request] = []
         self.by_id: dict[int, Request] = {}
         self.steps = StepLog()
-        self.itl = array("d")
+        self.itl_values = array("d")
+        self.itl_counts = array("q")
+        # decode fast-forward: exact, so on by default; needs the next arrival time, which only
+        # an open-loop arrival process knows, and a router that reads no replica state
+        self.fast_forward = (cfg.engine.fast_forward and record_plans is False and not cfg.workload.closed_loop
+                             and (cfg.cluster.replicas == 1 or cfg.cluster.router == "round_robin"))
+        self.next_arrival_s = float("inf")
         self.env = simpy.Environment()
         self.arrivals_done = False
         self.done_events: dict[int, simpy.Event] = {}  # closed-loop clients wait on these
@@ -168,10 +200,12 @@ class Engine:
         return BatchShape(tuple(new), tuple(ctx), plan.blocks_swapped_in, plan.blocks_swapped_out,
                           self.cfg.parallelism.tp, self.cfg.parallelism.pp)
 
-    def complete_step(self, rep: Replica, plan: StepPlan, now: float) -> tuple[int, int]:
+    def complete_step(self, rep: Replica, plan: StepPlan, start: float, now: float) -> tuple[int, int]:
         """Advance every scheduled request; emit tokens; finish requests. Returns (prefill, decode) tokens."""
         prefill = decode = 0
-        itl, by_id = self.itl, self.by_id
+        by_id = self.by_id
+        step_gaps = 0  # tokens whose previous token came at this step's start: gap = the step
+        step = now - start
         for rid, n in plan.num_new_tokens.items():
             r = by_id[rid]
             c = r.num_computed + n
@@ -189,19 +223,111 @@ class Engine:
                 r.first_token_s = now
             else:
                 gap = now - r.last_token_s
-                itl.append(gap)
+                if r.last_token_s == start:
+                    step_gaps += 1
+                else:
+                    self.itl_values.append(gap)
+                    self.itl_counts.append(1)
                 if gap > r.max_itl_s:
                     r.max_itl_s = gap
             r.last_token_s = now
             if g >= r.output_tokens:
-                r.status = Status.FINISHED
-                r.finish_s = now
-                rep.scheduler.finish(r)
-                if self.done_events:
-                    self._notify_done(r)
-                if self.progress is not None:
-                    self.progress.update(1)
+                self._finish(rep, r, now)
+        if step_gaps:
+            self.itl_values.append(step)
+            self.itl_counts.append(step_gaps)
         return prefill, decode
+
+    def _finish(self, rep: Replica, r: Request, now: float) -> None:
+        r.status = Status.FINISHED
+        r.finish_s = now
+        rep.scheduler.finish(r)
+        if self.done_events:
+            self._notify_done(r)
+        if self.progress is not None:
+            self.progress.update(1)
+
+    def _steady_decode(self, rep: Replica, plan: StepPlan) -> bool:
+        """True when ``plan`` gives every running request exactly its next decode token, nothing
+        else happens in it, and the policy vouches that it would plan the same again."""
+        sched = rep.scheduler
+        if (plan.preempted or plan.swapped_in or plan.blocks_swapped_out or plan.cached_tokens
+                or len(plan.num_new_tokens) != len(sched.running) or not sched.steady()):
+            return False
+        by_id = self.by_id
+        for rid, n in plan.num_new_tokens.items():
+            r = by_id[rid]
+            if n != 1 or not r.num_generated or r.num_generated >= r.output_tokens:
+                return False
+        return True
+
+    def decode_run(self, rep: Replica, plan: StepPlan, start: float):
+        """Decode fast-forward: the steps of a steady decode batch up to the first of (a request
+        finishes, the next arrival, a block the pool cannot give), priced and logged one by one
+        exactly as single steps would be, with per-request work only at the ends. Returns the
+        (start, StepTime, kv_used) of every step; request state is applied by ``complete_run``."""
+        reqs = [self.by_id[rid] for rid in plan.num_new_tokens]
+        n = len(reqs)
+        kv, cost = rep.kv, rep.cost
+        bs, tables = kv.block_size, kv.tables
+        horizon = min(r.output_tokens - r.num_generated for r in reqs)
+        kv_tokens = sum(r.num_computed for r in reqs) + n
+        longest = max(r.num_computed for r in reqs) + 1
+        # step at which each request first needs another block (tokens beyond its table)
+        grow: dict[int, list[int]] = {}
+        for i, r in enumerate(reqs):
+            grow.setdefault(len(tables[r.id]) * bs - r.num_computed, []).append(i)
+        steps = []
+        t = start
+        st = cost.decode_step(n, kv_tokens, longest)
+        steps.append((t, st, kv.num_used))
+        t += st.total
+        arrival = self.next_arrival_s
+        for k in range(1, horizon):
+            if t >= arrival:
+                break
+            need = grow.pop(k, None)
+            if need:  # each needs exactly one more block; stop before a step the pool can't give
+                if not kv.can_allocate(len(need)):
+                    break
+                for i in sorted(need):
+                    r = reqs[i]
+                    if not kv.allocate(r.id, r.num_computed + 1 + k):
+                        raise RuntimeError(f"KV manager refused a block it said it had (request {r.id})")
+                    grow.setdefault(len(tables[r.id]) * bs - r.num_computed, []).append(i)
+            st = cost.decode_step(n, kv_tokens + k * n, longest + k)
+            steps.append((t, st, kv.num_used))
+            t += st.total
+        return reqs, steps, t
+
+    def complete_run(self, rep: Replica, reqs: list[Request], steps: list, end: float) -> None:
+        """Apply a decode run: every request computed and emitted one token per step."""
+        k = len(steps)
+        start0 = steps[0][0]
+        ends = [t + st.total for t, st, _ in steps]
+        gaps = [ends[j] - ends[j - 1] for j in range(1, k)]  # = now - start, as a single step computes it
+        run_max = max(gaps) if gaps else 0.0
+        same = 0
+        for r in reqs:  # the first step's gaps, grouped as complete_step groups them
+            gap = ends[0] - r.last_token_s
+            if r.last_token_s == start0:
+                same += 1
+            else:
+                self.itl_values.append(gap)
+                self.itl_counts.append(1)
+            r.max_itl_s = max(r.max_itl_s, gap, run_max)
+            r.num_computed += k
+            r.num_generated += k
+            r.last_token_s = end
+        if same:
+            self.itl_values.append(ends[0] - start0)
+            self.itl_counts.append(same)
+        for g in gaps:
+            self.itl_values.append(g)
+            self.itl_counts.append(len(reqs))
+        for r in reqs:
+            if r.num_generated >= r.output_tokens:
+                self._finish(rep, r, end)
 
     # ------------------------------------------------------------------ processes
     def _arrivals(self):
@@ -209,8 +335,10 @@ class Engine:
         for spec in self.workload:
             delay = spec.arrival_s - env.now
             if delay > 0:
+                self.next_arrival_s = spec.arrival_s
                 yield env.timeout(delay)
             self.admit(spec)
+        self.next_arrival_s = float("inf")
         self._arrivals_finished()
 
     def _client(self, c: int, budget: list[int]):
@@ -250,7 +378,6 @@ class Engine:
 
     def _replica(self, rep: Replica):
         env, sched, cost, log = self.env, rep.scheduler, rep.cost, self.steps
-        comps = [log.components[c] for c in COMPONENTS]
         while True:
             plan = sched.schedule(env.now)
             if plan.empty:
@@ -265,24 +392,24 @@ class Engine:
                 continue
             start = env.now
             shape = self.commit_plan(rep, plan, start)
+            if self.fast_forward and self._steady_decode(rep, plan):
+                reqs, steps, end = self.decode_run(rep, plan, start)
+                waiting = len(sched.waiting)  # arrivals can land only in the run's last step
+                yield _At(env, end)
+                self.complete_run(rep, reqs, steps, end)
+                n, last = len(reqs), len(steps) - 1
+                for j, (t, st, used) in enumerate(steps):
+                    if j == last:
+                        used, waiting = rep.kv.num_used, len(sched.waiting)
+                    log.add(rep.idx, t, st, n, 0, n, 0, used, waiting)
+                continue
             st = cost.step_time(shape)
             if self.plans is not None:
                 self.plans.append((rep.idx, start, tuple(plan.num_new_tokens), shape))
             yield env.timeout(st.total)
-            prefill, decode = self.complete_step(rep, plan, env.now)
-            log.replica.append(rep.idx)
-            log.start_s.append(start)
-            log.duration_s.append(st.total)
-            log.batch_size.append(len(shape.new_tokens))
-            log.num_tokens.append(prefill + decode)
-            log.prefill_tokens.append(prefill)
-            log.decode_tokens.append(decode)
-            log.preempted.append(len(plan.preempted))
-            log.kv_blocks_used.append(rep.kv.num_used)
-            log.waiting.append(len(sched.waiting))
-            log.source.append(st.source)
-            for arr, v in zip(comps, (st.gemm, st.attn_prefill, st.attn_decode, st.comm, st.other_gpu, st.cpu, st.swap)):
-                arr.append(v)
+            prefill, decode = self.complete_step(rep, plan, start, env.now)
+            log.add(rep.idx, start, st, len(shape.new_tokens), prefill, decode, len(plan.preempted),
+                    rep.kv.num_used, len(sched.waiting))
 
     def run(self) -> SimOutput:
         self.env.process(self._clients() if self.cfg.workload.closed_loop else self._arrivals())
@@ -292,10 +419,25 @@ class Engine:
         oor = self.cost.out_of_range_total()
         cfg = self.cfg
         return SimOutput(
-            config=cfg, requests=self.requests, steps=self.steps, itl_s=self.itl, memory=self.mem.as_dict(),
+            config=cfg, requests=self.requests, steps=self.steps, itl_values=self.itl_values,
+            itl_counts=self.itl_counts, memory=self.mem.as_dict(),
             num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=self.env.now,
             workload_info=dict(self.workload.info), cost_source=self.cost.source, out_of_range=oor,
             kv_blocks_per_replica=self.mem.num_gpu_blocks)
+
+
+class _At(simpy.events.Timeout):
+    """A timeout that fires at the absolute time ``at``. simpy adds a delay to its clock, and
+    ``now + delay`` cannot land on every float: a decode run must end exactly where the same
+    steps taken one by one would. (Schedules the way simpy 4's ``Environment.schedule`` does.)"""
+
+    def __init__(self, env: simpy.Environment, at: float):
+        self.env = env
+        self.callbacks = []
+        self._value = None
+        self._delay = at - env.now
+        self._ok = True
+        heapq.heappush(env._queue, (at, simpy.core.NORMAL, next(env._eid), self))
 
 
 def run_engine(cfg: Config, progress=None) -> SimOutput:

@@ -27,7 +27,8 @@ from sim.kv.blocks import BlockPool, KVManager
 
 @dataclass(slots=True)
 class BlockMeta:
-    """What the eviction keys may read about a cached block (ticks are KV-manager call counts)."""
+    """What the eviction keys may read about a cached block (ticks count the KV manager's
+    state-changing calls: allocations that take blocks, and frees)."""
 
     last_access: int = 0
     hits: int = 0
@@ -202,6 +203,11 @@ class PrefixKVManager(KVManager):
     def allocate(self, req_id: int, total_tokens: int, *, admit: bool = False, spec=None,
                  cached_tokens: int = 0) -> bool:
         pool = self.pool
+        if req_id in self.tables and self.extra_blocks(req_id, total_tokens) == 0:
+            # nothing to take: no tick, so the clock counts state changes, not calls (a policy
+            # that re-asks every step and one that asks only when growing age blocks alike)
+            self._register_full(req_id, total_tokens)
+            return True
         pool.tick += 1
         if req_id not in self.tables and spec is not None:
             chain = self.chain(spec)

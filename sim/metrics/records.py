@@ -56,7 +56,8 @@ def requests_frame(out) -> pd.DataFrame:
 
 
 def steps_frame(out) -> pd.DataFrame:
-    """One row per engine step: replica, time, batch, tokens, KV blocks used, time breakdown."""
+    """One row per engine step, in order of start time (then replica): replica, time, batch,
+    tokens, KV blocks used, time breakdown."""
     s = out.steps
     cols = {
         "replica": np.frombuffer(s.replica, np.int32) if len(s.replica) else np.zeros(0, np.int32),
@@ -71,4 +72,7 @@ def steps_frame(out) -> pd.DataFrame:
         a = s.components[c]
         cols[f"t_{c}_s"] = np.frombuffer(a, float) if len(a) else np.zeros(0)
     cols["cost_source"] = pd.Categorical(s.source) if s.source else pd.Categorical([])
-    return pd.DataFrame(cols)
+    frame = pd.DataFrame(cols)
+    if frame["replica"].nunique() > 1:  # replicas log as their steps end: order rows by start
+        frame = frame.sort_values(["start_s", "replica"], kind="stable", ignore_index=True)
+    return frame

@@ -32,6 +32,32 @@ def dist(values) -> dict:
     return {"mean": float(v.mean()), "p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2]), "max": float(v.max())}
 
 
+def weighted_dist(values, counts) -> dict:
+    """``dist`` of a sample stored as distinct values with repeat counts (the ITLs): the same
+    numbers ``dist`` gives on the expanded sample (linear-interpolated percentiles), computed in
+    sorted order so the result does not depend on the order the values were recorded in."""
+    v = np.asarray(values, dtype=float)
+    c = np.asarray(counts, dtype=np.int64)
+    if v.size == 0 or c.sum() == 0:
+        return dist([])
+    order = np.lexsort((c, v))
+    v, c = v[order], c[order]
+    cum = np.cumsum(c)
+    n = int(cum[-1])
+
+    def at(i: int) -> float:  # the i-th smallest of the expanded sample
+        return float(v[np.searchsorted(cum, i, side="right")])
+
+    out = {"mean": float(np.dot(v, c) / n)}
+    for p in PCTS:
+        h = (n - 1) * p / 100.0
+        lo = int(np.floor(h))
+        a, b = at(lo), at(min(lo + 1, n - 1))
+        out[f"p{p}"] = a + (h - lo) * (b - a)
+    out["max"] = float(v[-1])
+    return out
+
+
 def slo_met(req: pd.DataFrame, slo) -> np.ndarray:
     """Boolean per request: completed and within its class's TTFT and TPOT limits."""
     ttft_lim = np.full(len(req), slo.ttft_s)
@@ -85,7 +111,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
         },
         "ttft_s": dist(done["ttft_s"]),
         "tpot_s": dist(done["tpot_s"]),
-        "itl_s": dist(np.frombuffer(out.itl_s, float) if len(out.itl_s) else []),
+        "itl_s": weighted_dist(out.itl_values, out.itl_counts),
         "e2e_s": dist(done["e2e_s"]),
         "queue_s": dist(done["queue_s"]),
         "throughput": {

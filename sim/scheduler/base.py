@@ -78,6 +78,13 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan:
         raise NotImplementedError
 
+    def steady(self) -> bool:
+        """Vouch that, right after a plan giving every running request one decode token, the
+        next ``schedule`` calls would give the same plan again (same requests, same order, no
+        other effect) until a request finishes, a request arrives or a block runs out. The
+        engine then fast-forwards such runs. Policies opt in; the safe default is False."""
+        return False
+
     # ---- helpers for policies -------------------------------------------------------------
     def requeue(self, victim: Request) -> None:
         """Where a preempted request waits: the front of the queue (policies may override)."""
@@ -191,6 +198,11 @@ class BudgetScheduler(Scheduler):
             self.waiting.append(req)
         else:
             sort_key_queue(self.waiting, req, self.queue_key)
+
+    def steady(self) -> bool:
+        # no waiting request: schedule_running gives each running request its next token in
+        # running order again (nothing in it depends on time while every request decodes)
+        return not self.waiting
 
     def requeue(self, victim: Request) -> None:
         if self.queue_key is None:

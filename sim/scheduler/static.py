@@ -21,6 +21,9 @@ class StaticScheduler(Scheduler):
             return f"exceeds_token_budget: prompt of {req.spec.prompt_tokens} tokens exceeds max_num_batched_tokens {self.knobs.max_num_batched_tokens}"
         return super().reject_reason(req)
 
+    def steady(self) -> bool:
+        return True  # a running batch only decodes; nobody is admitted until it empties
+
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()
         if not self.running:  # form the next batch

@@ -15,6 +15,7 @@ with a reason. A preempted request whose recompute exceeds the token budget is a
 """
 from __future__ import annotations
 
+from sim.kv.blocks import KVManager
 from sim.scheduler.base import Scheduler, register
 from sim.types import StepPlan
 
@@ -26,6 +27,13 @@ class VLLMScheduler(Scheduler):
             return (f"exceeds_token_budget: prompt of {req.spec.prompt_tokens} tokens exceeds max_num_batched_tokens "
                     f"{self.knobs.max_num_batched_tokens} (whole-prompt prefill; use a chunked-prefill scheduler)")
         return super().reject_reason(req)
+
+    def steady(self) -> bool:
+        # A decode-only plan means no waiting request could be admitted; while the batch only
+        # decodes, free blocks only shrink and the running count stays, so none can be admitted
+        # later either. (With a prefix cache, admission attempts touch the cache: require an
+        # empty queue there.)
+        return type(self.kv) is KVManager or not self.waiting
 
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()

@@ -1,0 +1,61 @@
+"""The decode fast-forward is exact: with it on or off, every request record, every step record
+and the summary (but its wall time) are identical, for every scheduler and KV policy."""
+import json
+
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import tiny_config, trace_path
+from sim import simulate
+from sim.scheduler import REGISTRY
+
+
+def both(cfg):
+    on = simulate({**cfg, "engine": {"fast_forward": True}})
+    off = simulate({**cfg, "engine": {"fast_forward": False}})
+    return on, off
+
+
+def assert_identical(on, off):
+    pd.testing.assert_frame_equal(on.requests, off.requests)
+    pd.testing.assert_frame_equal(on.steps, off.steps)
+    a, b = dict(on.summary), dict(off.summary)
+    a["sim"] = {k: v for k, v in a["sim"].items() if k != "wall_s"}
+    b["sim"] = {k: v for k, v in b["sim"].items() if k != "wall_s"}
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+cases = st.fixed_dictionaries({
+    "scheduler": st.sampled_from(sorted(REGISTRY)),
+    "preemption": st.sampled_from(["recompute", "swap"]),
+    "prefix": st.booleans(),
+    "blocks": st.integers(30, 600),
+    "block_size": st.sampled_from([4, 16]),
+    "replicas": st.integers(1, 3),
+    "rate": st.floats(1.0, 300.0),
+    "n": st.integers(1, 50),
+    "pmax": st.integers(1, 500),
+    "omax": st.integers(1, 120),
+    "seed": st.integers(0, 1000),
+})
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases)
+def test_fast_forward_is_exact_on_random_configs(p):
+    cfg = tiny_config(
+        seed=p["seed"], cluster={"replicas": p["replicas"]}, scheduler={"name": p["scheduler"]},
+        kv={"num_gpu_blocks": p["blocks"], "block_size": p["block_size"], "preemption": p["preemption"],
+            "prefix_caching": p["prefix"]},
+        workload={"rate": p["rate"], "num_requests": p["n"], "prompt": {"kind": "uniform", "min": 1, "max": p["pmax"]},
+                  "output": {"kind": "uniform", "min": 1, "max": p["omax"]}})
+    assert_identical(*both(cfg))
+
+
+def test_fast_forward_is_exact_on_the_azure_trace():
+    path = trace_path("AzureLLMInferenceTrace_conv.csv")
+    cfg = tiny_config(workload={"trace": {"path": str(path), "num_requests": 1500}})
+    on, off = both(cfg)
+    assert_identical(on, off)
+    assert on.summary["sim"]["steps"] > 10_000
