@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -129,7 +130,7 @@ class Engine:
         # an open-loop arrival process knows, and a router that reads no replica state
         self.fast_forward = (cfg.engine.fast_forward and record_plans is False and not cfg.workload.closed_loop
                              and (cfg.cluster.replicas == 1 or cfg.cluster.router == "round_robin"))
-        self.next_arrival_s = float("inf")
+        self.upcoming: deque = deque()  # arrivals read ahead of time (open loop)
         self.env = simpy.Environment()
         self.arrivals_done = False
         self.done_events: dict[int, simpy.Event] = {}  # closed-loop clients wait on these
@@ -282,7 +283,7 @@ class Engine:
         st = cost.decode_step(n, kv_tokens, longest)
         steps.append((t, st, kv.num_used))
         t += st.total
-        arrival = self.next_arrival_s
+        arrival = self.next_arrival_for(rep)
         for k in range(1, horizon):
             if t >= arrival:
                 break
@@ -332,14 +333,43 @@ class Engine:
     # ------------------------------------------------------------------ processes
     def _arrivals(self):
         env = self.env
-        for spec in self.workload:
+        it = iter(self.workload)
+        ahead = 2 * len(self.replicas)  # specs read ahead, so a replica can know its next arrival
+        up = self.upcoming
+        while True:
+            while len(up) < ahead:
+                spec = next(it, None)
+                if spec is None:
+                    break
+                up.append(spec)
+            if not up:
+                break
+            spec = up[0]
             delay = spec.arrival_s - env.now
             if delay > 0:
-                self.next_arrival_s = spec.arrival_s
                 yield env.timeout(delay)
+            up.popleft()
             self.admit(spec)
-        self.next_arrival_s = float("inf")
         self._arrivals_finished()
+
+    def next_arrival_for(self, rep: Replica) -> float:
+        """The earliest time a new request can reach ``rep`` (a lower bound). With round-robin
+        routing, the read-ahead tells which upcoming arrival is this replica's; otherwise any
+        arrival may be."""
+        up = self.upcoming
+        if not up:
+            return float("inf")
+        if len(self.replicas) == 1 or self.cfg.cluster.router != "round_robin":
+            return up[0].arrival_s
+        n, ctx = len(self.replicas), self.model.max_context
+        slot = self.route_state.get("next", 0)
+        for spec in up:
+            if spec.prompt_tokens + spec.output_tokens > ctx:
+                continue  # rejected before routing: takes no turn
+            if slot == rep.idx:
+                return spec.arrival_s
+            slot = (slot + 1) % n
+        return up[-1].arrival_s  # beyond the read-ahead: not before the last one read
 
     def _client(self, c: int, budget: list[int]):
         """One closed-loop client: think, send, wait for the response, repeat while the shared
