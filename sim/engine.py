@@ -67,6 +67,83 @@ class StepLog:
         c["cpu"].append(st.cpu)
         c["swap"].append(st.swap)
 
+    def add_run(self, replica: int, run: DecodeRun, waiting: int, waiting_end: int, used_end: int) -> None:
+        """Rows of a decode run: identical to what ``add`` would log step by step (the last
+        row sees the arrivals and finishes of the run's last step)."""
+        k, n = run.steps, len(run.reqs)
+        self.replica.extend([replica] * k)
+        self.start_s.extend(run.times[:k])
+        self.duration_s.extend(run.columns["total"])
+        self.batch_size.extend([n] * k)
+        self.num_tokens.extend([n] * k)
+        self.prefill_tokens.extend([0] * k)
+        self.decode_tokens.extend([n] * k)
+        self.preempted.extend([0] * k)
+        used = run.used
+        used[-1] = used_end
+        self.kv_blocks_used.extend(used)
+        self.waiting.extend([waiting] * (k - 1) + [waiting_end])
+        self.source.extend([run.source] * k)
+        for c in COMPONENTS:
+            self.components[c].extend(run.columns[c])
+
+
+@dataclass
+class DecodeRun:
+    """A run of identical decode steps (see ``Engine.decode_run``), as columns."""
+
+    reqs: list
+    times: list  # steps + 1 entries: each step's start, then the last step's end
+    columns: dict  # "total" and each component: one value per step
+    used: list  # KV blocks in use after each step's allocations
+    source: str
+    steps: int
+
+
+VECTOR_RUN = 48
+"""Decode runs expected to last at least this many steps are priced with numpy arrays."""
+
+
+class _BlockGrower:
+    """Allocates the blocks a steady decode batch needs, step by step in running order (as the
+    scheduler would), and remembers how many blocks were in use after each step's allocations."""
+
+    def __init__(self, kv: KVManager, reqs: list[Request]):
+        self.kv, self.reqs = kv, reqs
+        bs, tables = kv.block_size, kv.tables
+        # (step at which request i needs its next block, i): the step whose token overflows its table
+        self.heap = [(len(tables[r.id]) * bs - r.num_computed, i) for i, r in enumerate(reqs)]
+        heapq.heapify(self.heap)
+        self.start_used = kv.num_used
+        self.changes: list[tuple[int, int]] = []
+
+    def grow_until(self, k_end: int) -> int:
+        """Allocate for the steps before ``k_end``; returns the first step the pool cannot give
+        (``k_end`` if it can give them all)."""
+        kv, heap, bs, tables = self.kv, self.heap, self.kv.block_size, self.kv.tables
+        while heap and heap[0][0] < k_end:
+            k = heap[0][0]
+            need = []
+            while heap and heap[0][0] == k:
+                need.append(heapq.heappop(heap)[1])
+            if not kv.can_allocate(len(need)):  # each needs exactly one block
+                for i in need:
+                    heapq.heappush(heap, (k, i))
+                return k
+            for i in sorted(need):
+                r = self.reqs[i]
+                if not kv.allocate(r.id, r.num_computed + 1 + k):
+                    raise RuntimeError(f"KV manager refused a block it said it had (request {r.id})")
+                heapq.heappush(heap, (len(tables[r.id]) * bs - r.num_computed, i))
+            self.changes.append((k, kv.num_used))
+        return k_end
+
+    def used(self, steps: int) -> list[int]:
+        out = [self.start_used] * steps
+        for k, u in self.changes:
+            out[k:] = [u] * (steps - k)
+        return out
+
 
 @dataclass
 class SimOutput:
@@ -262,55 +339,53 @@ class Engine:
                 return False
         return True
 
-    def decode_run(self, rep: Replica, plan: StepPlan, start: float):
+    def decode_run(self, rep: Replica, plan: StepPlan, start: float) -> "DecodeRun":
         """Decode fast-forward: the steps of a steady decode batch up to the first of (a request
-        finishes, the next arrival, a block the pool cannot give), priced and logged one by one
-        exactly as single steps would be, with per-request work only at the ends. Returns the
-        (start, StepTime, kv_used) of every step; request state is applied by ``complete_run``."""
+        finishes, the next arrival at this replica, a block the pool cannot give), priced exactly
+        as single steps would be, with per-request work only at the ends. Blocks are allocated as
+        the steps need them; request state is applied by ``complete_run``."""
         reqs = [self.by_id[rid] for rid in plan.num_new_tokens]
         n = len(reqs)
         kv, cost = rep.kv, rep.cost
-        bs, tables = kv.block_size, kv.tables
         horizon = min(r.output_tokens - r.num_generated for r in reqs)
         kv_tokens = sum(r.num_computed for r in reqs) + n
         longest = max(r.num_computed for r in reqs) + 1
-        # step at which each request first needs another block (tokens beyond its table)
-        grow: dict[int, list[int]] = {}
-        for i, r in enumerate(reqs):
-            grow.setdefault(len(tables[r.id]) * bs - r.num_computed, []).append(i)
-        steps = []
-        t = start
-        st = cost.decode_step(n, kv_tokens, longest)
-        steps.append((t, st, kv.num_used))
-        t += st.total
         arrival = self.next_arrival_for(rep)
+        grower = _BlockGrower(kv, reqs)
+        st = cost.decode_step(n, kv_tokens, longest)
+        # long runs: vectorised prices (when the cost model has them); short ones: step by step
+        expect = horizon if arrival == float("inf") else min(horizon, int((arrival - start) / st.total) + 2)
+        series = cost.decode_series(n, kv_tokens, longest, horizon) if expect >= VECTOR_RUN else None
+        if series is not None:  # cut at the arrival, then at a block shortage
+            times = np.cumsum(np.concatenate(([start], series["total"])))  # sequential, like simpy's clock
+            late = np.flatnonzero(times[1:horizon] >= arrival)
+            k_end = grower.grow_until(int(late[0]) + 1 if late.size else horizon)
+            cols = {c: series[c][:k_end].tolist() for c in ("total", *COMPONENTS)}
+            return DecodeRun(reqs, times[: k_end + 1].tolist(), cols, grower.used(k_end), series["source"], k_end)
+        sts, times, t = [st], [start], start + st.total  # step by step (table lookups count each query)
+        heap, price = grower.heap, cost.decode_step
         for k in range(1, horizon):
-            if t >= arrival:
+            if t >= arrival or (heap[0][0] == k and grower.grow_until(k + 1) == k):
                 break
-            need = grow.pop(k, None)
-            if need:  # each needs exactly one more block; stop before a step the pool can't give
-                if not kv.can_allocate(len(need)):
-                    break
-                for i in sorted(need):
-                    r = reqs[i]
-                    if not kv.allocate(r.id, r.num_computed + 1 + k):
-                        raise RuntimeError(f"KV manager refused a block it said it had (request {r.id})")
-                    grow.setdefault(len(tables[r.id]) * bs - r.num_computed, []).append(i)
-            st = cost.decode_step(n, kv_tokens + k * n, longest + k)
-            steps.append((t, st, kv.num_used))
+            times.append(t)
+            st = price(n, kv_tokens + k * n, longest + k)
+            sts.append(st)
             t += st.total
-        return reqs, steps, t
+        times.append(t)
+        k_end = len(sts)
+        rows = [(x.total, x.gemm, x.attn_prefill, x.attn_decode, x.comm, x.other_gpu, x.cpu, x.swap) for x in sts]
+        cols = dict(zip(("total", *COMPONENTS), map(list, zip(*rows))))
+        return DecodeRun(reqs, times, cols, grower.used(k_end), sts[0].source, k_end)
 
-    def complete_run(self, rep: Replica, reqs: list[Request], steps: list, end: float) -> None:
+    def complete_run(self, rep: Replica, run: "DecodeRun") -> None:
         """Apply a decode run: every request computed and emitted one token per step."""
-        k = len(steps)
-        start0 = steps[0][0]
-        ends = [t + st.total for t, st, _ in steps]
-        gaps = [ends[j] - ends[j - 1] for j in range(1, k)]  # = now - start, as a single step computes it
+        k, reqs, times = run.steps, run.reqs, run.times
+        start0, end, first_end = times[0], times[-1], times[1]
+        gaps = [times[j + 1] - times[j] for j in range(1, k)]  # "now - start" of each later step
         run_max = max(gaps) if gaps else 0.0
         same = 0
         for r in reqs:  # the first step's gaps, grouped as complete_step groups them
-            gap = ends[0] - r.last_token_s
+            gap = first_end - r.last_token_s
             if r.last_token_s == start0:
                 same += 1
             else:
@@ -321,11 +396,11 @@ class Engine:
             r.num_generated += k
             r.last_token_s = end
         if same:
-            self.itl_values.append(ends[0] - start0)
+            self.itl_values.append(first_end - start0)
             self.itl_counts.append(same)
-        for g in gaps:
-            self.itl_values.append(g)
-            self.itl_counts.append(len(reqs))
+        if gaps:
+            self.itl_values.extend(gaps)
+            self.itl_counts.extend([len(reqs)] * len(gaps))
         for r in reqs:
             if r.num_generated >= r.output_tokens:
                 self._finish(rep, r, end)
@@ -423,15 +498,11 @@ class Engine:
             start = env.now
             shape = self.commit_plan(rep, plan, start)
             if self.fast_forward and self._steady_decode(rep, plan):
-                reqs, steps, end = self.decode_run(rep, plan, start)
+                run = self.decode_run(rep, plan, start)
                 waiting = len(sched.waiting)  # arrivals can land only in the run's last step
-                yield _At(env, end)
-                self.complete_run(rep, reqs, steps, end)
-                n, last = len(reqs), len(steps) - 1
-                for j, (t, st, used) in enumerate(steps):
-                    if j == last:
-                        used, waiting = rep.kv.num_used, len(sched.waiting)
-                    log.add(rep.idx, t, st, n, 0, n, 0, used, waiting)
+                yield _At(env, run.times[-1])
+                self.complete_run(rep, run)
+                log.add_run(rep.idx, run, waiting, len(sched.waiting), rep.kv.num_used)
                 continue
             st = cost.step_time(shape)
             if self.plans is not None:

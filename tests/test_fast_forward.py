@@ -59,3 +59,23 @@ def test_fast_forward_is_exact_on_the_azure_trace():
     on, off = both(cfg)
     assert_identical(on, off)
     assert on.summary["sim"]["steps"] > 10_000
+
+
+def test_long_runs_priced_with_arrays_are_exact(monkeypatch):
+    """Few requests with long outputs give decode runs long enough for the vectorised prices."""
+    from sim.cost.roofline import RooflineCostModel
+
+    calls = []
+    real = RooflineCostModel.decode_series
+
+    def spy(self, *a):
+        out = real(self, *a)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(RooflineCostModel, "decode_series", spy)
+    cfg = tiny_config(workload={"rate": 0.5, "num_requests": 6, "prompt": {"kind": "fixed", "value": 300},
+                                "output": {"kind": "uniform", "min": 200, "max": 900}},
+                      kv={"num_gpu_blocks": 200})
+    assert_identical(*both(cfg))
+    assert any(calls)

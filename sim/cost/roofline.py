@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from sim.catalog import DTYPE_BYTES, HardwareCard, ModelCard
 from sim.cost.memory import kv_bytes_per_token_per_gpu
 from sim.cost.ops import ShardShapes, expert_tokens, shard_shapes
@@ -207,6 +209,27 @@ class RooflineCostModel:
         tokens in total (the longest over ``longest``): exactly ``step_time`` of that BatchShape,
         without building it (the engine's decode fast-forward prices many such steps)."""
         return self._price(num_seqs, num_seqs, (), num_seqs, kv_tokens, longest, 0)
+
+    def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict | None:
+        """``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by num_seqs, longest
+        by 1 each step) as arrays, with the same floating-point operations, so the values are
+        identical; None for subclasses that price decode attention otherwise. No side effects
+        (the roofline has no calibrated range to leave)."""
+        if type(self).attn_decode is not RooflineCostModel.attn_decode or type(self)._dense_part is not RooflineCostModel._dense_part:
+            return None
+        n, s = num_seqs, self.shapes
+        gemm, other, comm, _ = self._dense_part(n, n)
+        kv = kv_tokens + n * np.arange(steps, dtype=np.int64)
+        flops = 4.0 * s.q_heads * s.head_dim * kv
+        nbytes = kv * 2 * s.kv_heads * s.head_dim * self.kvb + n * 2 * s.q_heads * s.head_dim * self.b
+        att = np.maximum(np.maximum(flops / (self.peak * self.p.attn_eff), nbytes / (self.bw * self.p.mem_eff)),
+                         self.p.kernel_floor_s)
+        ad = self.model.num_layers * att
+        cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n
+        total = gemm + 0.0 + ad + comm + other + cpu + 0.0
+        full = lambda v: np.full(steps, v)  # noqa: E731
+        return {"total": total, "gemm": full(gemm), "attn_prefill": full(0.0), "attn_decode": ad, "comm": full(comm),
+                "other_gpu": full(other), "cpu": full(cpu), "swap": full(0.0), "source": self.source}
 
     def _price(self, tokens: int, n: int, chunks, dec_n: int, dec_kv: int, dec_max: int, swapped: int) -> StepTime:
         gemm, other, comm, oor = self._dense_part(tokens, n) if n else (0.0, 0.0, 0.0, 0)
