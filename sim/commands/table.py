@@ -27,6 +27,10 @@ def print_summary(s: dict, cfg) -> None:
     else:
         print(f"cost: {c['gpu_hours']:.3f} GPU-hours x ${c['usd_per_gpu_hour']}/h = ${c['usd']:.2f}; "
               f"${c['usd_per_million_output_tokens']:.2f} per million output tokens")
+    pc = s.get("prefix_cache") or {}
+    if pc.get("enabled"):
+        print(f"prefix cache ({pc['eviction']}): hit rate {100 * (pc['hit_rate'] or 0):.1f}% of prompt tokens, "
+              f"{pc['saved_prefill_tokens']:,} prefill tokens saved")
     sim = s["sim"]
     print(f"simulated {sim['simulated_s']:,.1f} s in {sim['steps']:,} steps, wall {sim['wall_s']:.2f} s")
     if sim.get("out_of_range_queries"):
