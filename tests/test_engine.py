@@ -132,3 +132,17 @@ def test_invariants_on_random_small_configs(p):
         assert sorted(rep.kv.pool._free) == list(range(p["blocks"]))
     tokens = np.frombuffer(out.steps.num_tokens, np.int32) if len(out.steps.num_tokens) else np.zeros(0)
     assert tokens.sum() >= sum(r.spec.prompt_tokens for r in out.requests if r.status.value == "finished")
+
+
+def test_goodput_per_slo_class_uses_each_class_limits():
+    cfg = tiny_config(
+        workload={"num_requests": 200, "rate": 20.0, "tenants": [
+            {"name": "chat", "rate": 10.0, "slo_class": "tight"}, {"name": "batch", "rate": 10.0, "slo_class": "loose"}]},
+        slo={"classes": {"tight": {"ttft_s": 0.02, "tpot_s": 0.2}, "loose": {"ttft_s": 60.0, "tpot_s": 1.0}}})
+    g = simulate(cfg).summary["goodput"]
+    tight, loose = g["by_class"]["tight"], g["by_class"]["loose"]
+    assert loose["slo_attainment"] == 1.0 and tight["slo_attainment"] < 1.0
+    assert tight["arrived"] + loose["arrived"] == 200
+    met = tight["slo_attainment"] * tight["arrived"] + loose["slo_attainment"] * loose["arrived"]
+    assert g["slo_attainment"] == pytest.approx(met / 200)
+    assert set(g["by_tenant"]) == {"chat", "batch"}

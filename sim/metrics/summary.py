@@ -71,6 +71,24 @@ def slo_met(req: pd.DataFrame, slo) -> np.ndarray:
     return done & (ttft <= ttft_lim) & (tpot <= tpot_lim)
 
 
+def by_group(req: pd.DataFrame, met: np.ndarray, column: str, makespan: float) -> dict:
+    """Per value of ``column`` (SLO class or tenant): arrivals, completions, SLO attainment,
+    goodput and p99 latencies; empty when no request carries the column."""
+    out = {}
+    keys = req[column]
+    for key in sorted(k for k in keys.dropna().unique()):
+        m = (keys == key).to_numpy()
+        g = req[m]
+        done = g[g["status"] == "finished"]
+        ok = int(met[m].sum())
+        out[str(key)] = {
+            "arrived": int(m.sum()), "completed": int(len(done)), "slo_attainment": ok / int(m.sum()),
+            "goodput_requests_per_s": ok / makespan,
+            "ttft_p99_s": dist(done["ttft_s"])["p99"], "tpot_p99_s": dist(done["tpot_s"])["p99"],
+        }
+    return out
+
+
 def price_of(cfg) -> tuple[float | None, str]:
     """$/GPU-hour and a one-line statement of where it comes from."""
     if cfg.cost.usd_per_gpu_hour is not None:
@@ -90,7 +108,8 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
     makespan = max(out.simulated_s - t0, 1e-12)
     out_tok = int(done["generated_tokens"].sum())
     in_tok = int(done["prompt_tokens"].sum())
-    met = int(slo_met(req, cfg.slo).sum())
+    met_mask = slo_met(req, cfg.slo)
+    met = int(met_mask.sum())
     price, price_src = price_of(cfg)
     gpu_hours = out.num_gpus * makespan / 3600.0
     usd = None if price is None else gpu_hours * price
@@ -120,7 +139,9 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "total_tokens_per_s": (out_tok + in_tok) / makespan,
         },
         "goodput": {"requests_per_s": met / makespan, "slo_attainment": met / arrived if arrived else None,
-                    "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s}},
+                    "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},
+                    "by_class": by_group(req, met_mask, "slo_class", makespan),
+                    "by_tenant": by_group(req, met_mask, "tenant", makespan)},
         "cost": {
             "gpus": out.num_gpus,
             "gpu_hours": gpu_hours,
