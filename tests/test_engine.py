@@ -138,7 +138,7 @@ def test_goodput_per_slo_class_uses_each_class_limits():
     cfg = tiny_config(
         workload={"num_requests": 200, "rate": 20.0, "tenants": [
             {"name": "chat", "rate": 10.0, "slo_class": "tight"}, {"name": "batch", "rate": 10.0, "slo_class": "loose"}]},
-        slo={"classes": {"tight": {"ttft_s": 0.02, "tpot_s": 0.2}, "loose": {"ttft_s": 60.0, "tpot_s": 1.0}}})
+        slo={"classes": {"tight": {"ttft_s": 0.012, "tpot_s": 0.2}, "loose": {"ttft_s": 60.0, "tpot_s": 1.0}}})
     g = simulate(cfg).summary["goodput"]
     tight, loose = g["by_class"]["tight"], g["by_class"]["loose"]
     assert loose["slo_attainment"] == 1.0 and tight["slo_attainment"] < 1.0
