@@ -195,7 +195,7 @@ class Engine:
             rng = np.random.default_rng([cfg.seed, 1, i])  # the policy's own stream (predictors)
             self.replicas.append(Replica(i, sched_cls(knobs, kv, rng=rng, max_context=self.model.max_context), kv, self.cost))
         self.route = ROUTERS[cfg.cluster.router]
-        self.route_state: dict = {}
+        self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
         self.rng = np.random.default_rng(cfg.seed)
         self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
         self.requests: list[Request] = []

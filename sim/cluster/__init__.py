@@ -1,7 +1,8 @@
 """Routers: which replica an arriving request goes to. One file each, registered by one line.
 
 A router is a function ``route(spec, loads, state) -> replica index`` where ``loads`` is a list of
-``ReplicaLoad`` (read-only counts) and ``state`` a dict the router may keep between calls.
+``ReplicaLoad`` (read-only counts) and ``state`` a dict the router may keep between calls (the
+engine puts a seeded numpy Generator in ``state["rng"]``).
 """
 from __future__ import annotations
 
@@ -25,4 +26,4 @@ class ReplicaLoad:
     kv_used_frac: float
 
 
-from sim.cluster import round_robin  # noqa: E402,F401  (registration)
+from sim.cluster import least_loaded, power_of_two, round_robin, session_affinity  # noqa: E402,F401  (registration)
