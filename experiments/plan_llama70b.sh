@@ -3,6 +3,6 @@
 set -euo pipefail
 OUT=${1:-results/plan_llama70b}
 servesim plan --model llama-3.1-70b --rate 8 --gpus h100-sxm,a100-80gb,h200-sxm,b200 --tp 1,2,4,8 \
-  --schedulers vllm,static,vllm+max_num_seqs=64 --slo-ttft-p99 2 --slo-tpot-p99 0.1 --out "$OUT" --workers 2
+  --schedulers vllm,vllm_v1,sarathi --slo-ttft-p99 2 --slo-tpot-p99 0.1 --out "$OUT" --workers 2
 servesim run "$OUT/config.yaml" --out "$OUT/chosen_run"
 servesim report "$OUT" --out "$OUT/report"
