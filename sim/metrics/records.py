@@ -72,7 +72,7 @@ def steps_frame(out) -> pd.DataFrame:
         a = s.components[c]
         cols[f"t_{c}_s"] = np.frombuffer(a, float) if len(a) else np.zeros(0)
     cols["cost_source"] = pd.Categorical(s.source) if s.source else pd.Categorical([])
-    frame = pd.DataFrame(cols)
+    frame = pd.DataFrame(cols, copy=False)  # views on the engine's columnar buffers
     if frame["replica"].nunique() > 1:  # replicas log as their steps end: order rows by start
         frame = frame.sort_values(["start_s", "replica"], kind="stable", ignore_index=True)
     return frame
