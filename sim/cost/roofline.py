@@ -20,8 +20,10 @@ Formulas (b = bytes per element, T = new tokens in the step, h = hidden size):
 - Norms, SiLU-and-multiply, rotary, embedding, KV-cache write: bytes read + written at mem_eff.
 - LM head and sampling on one position per sequence (engines compute logits for the last token
   of each scheduled sequence only); sampling reads fp32 logits.
-- All-reduce (ring): 2 (tp-1)/tp * bytes / link_bw + 2 (tp-1) * allreduce_latency_s, twice per
-  layer (after attention and after the MLP); an all-gather of the logits shards.
+- All-reduce: allreduce_latency_s + 2 (tp-1)/tp * bytes / link_bw (the ring's bandwidth term
+  plus one fixed latency per collective: for the small messages of decode, engines use one-shot
+  or NVLS all-reduces whose latency hardly grows with tp), twice per layer (after attention and
+  after the MLP); an all-gather of the logits shards likewise.
 - Pipeline parallelism: stages run one after another for a step (no micro-batch overlap; a stated
   simplification) with a send/recv of T*h*b bytes between stages over the GPU link.
 - CPU: ``cpu_step_s + cpu_per_seq_s * num_seqs`` per step (scheduling, input preparation,
@@ -51,7 +53,9 @@ class RooflineParams:
     - ``mem_eff`` 0.85: streaming kernels reach ~80-90% of datasheet HBM bandwidth (STREAM-like
       copies on A100/H100).
     - ``kernel_floor_s`` 3e-6: a kernel never takes less than a few microseconds of GPU time.
-    - ``allreduce_latency_s`` 8e-6: per-hop latency of an NCCL ring step over NVLink.
+    - ``allreduce_latency_s`` 8e-6: fixed latency of one small all-reduce inside an NVLink domain
+      (vLLM's custom one-shot all-reduce and NCCL's low-latency protocols take a few to ~10 us for
+      decode-sized messages); PCIe-only parts (L40S) are slower, which calibration must supply.
     - ``cpu_step_s`` 3e-4 and ``cpu_per_seq_s`` 5e-6: host-side scheduling and input preparation
       per step and per scheduled sequence, a few hundred microseconds per step as engines with CUDA
       graphs show; replaced by calibration.
@@ -158,8 +162,8 @@ class RooflineCostModel:
         link = self.hw.link_bw * self.p.mem_eff
         steps = world - 1
         if op == "all_reduce":
-            return 2.0 * steps / world * nbytes / link + 2 * steps * self.p.allreduce_latency_s
-        return steps / world * nbytes / link + steps * self.p.allreduce_latency_s  # all_gather
+            return self.p.allreduce_latency_s + 2.0 * steps / world * nbytes / link
+        return self.p.allreduce_latency_s + steps / world * nbytes / link  # all_gather
 
     # ------------------------------------------------------------------ composition
     def _dense_part(self, tokens: int, num_seqs: int) -> tuple[float, float, float, int]:
