@@ -145,7 +145,7 @@ class ReplayModel:
     # ------------------------------------------------------------------ forward
     @torch.inference_mode()
     def forward(self, s: StepInputs) -> torch.Tensor:
-        qh, kvh, d, bs = self.qh, self.kvh, self.d, self.bs
+        qh, kvh, d = self.qh, self.kvh, self.d
         T = s.ids.shape[0]
         x = F.embedding(s.ids, self.embed)
         cos, sin = self.cos[s.positions].unsqueeze(1), self.sin[s.positions].unsqueeze(1)

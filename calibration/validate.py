@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+
 import sys
 import time
 from collections import defaultdict

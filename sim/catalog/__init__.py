@@ -7,7 +7,7 @@ case-insensitively; the reference names are aliases. This module needs only pyya
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 

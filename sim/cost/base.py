@@ -13,6 +13,17 @@ class CostModel(Protocol):
 
     def step_time(self, shape: BatchShape) -> StepTime: ...
 
+    def decode_step(self, num_seqs: int, kv_tokens: int, longest: int) -> StepTime:
+        """A decode-only step from its aggregates (the engine's fast-forward): exactly
+        ``step_time`` of ``num_seqs`` single-token sequences whose cached contexts plus one sum
+        to ``kv_tokens``, the longest being ``longest``."""
+        ...
+
+    def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict | None:
+        """``decode_step`` for consecutive steps as arrays (keys ``total`` and each component,
+        plus ``source``), bit-identical and without side effects; None when not available."""
+        ...
+
     def out_of_range_total(self) -> int:
         """Operator queries outside the calibrated range so far (0 for a pure roofline)."""
         ...

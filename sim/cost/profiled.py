@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.cost.roofline import RooflineCostModel, RooflineParams
-from sim.types import BatchShape, StepTime
+
 
 TABLES_FILE = "tables.npz"
 SEP = "|"
