@@ -215,8 +215,10 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
         if col not in table:
             table[col] = float("nan")
     table["_order"] = table["status"].map(order)
-    table = table.sort_values(["_order", "usd_per_hour", "ttft_p99_s", "candidate"], na_position="last",
-                              kind="stable").drop(columns="_order").reset_index(drop=True)
+    # cheapest first; at equal cost the fleet with more headroom, then the lower p99 TTFT
+    table["_margin"] = -table["headroom"] if "headroom" in table else 0.0
+    table = table.sort_values(["_order", "usd_per_hour", "_margin", "ttft_p99_s", "candidate"], na_position="last",
+                              kind="stable").drop(columns=["_order", "_margin"]).reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     fleets = table.pop("_fleet") if "_fleet" in table else pd.Series([None] * len(table))
     run_keys = table.pop("_keys") if "_keys" in table else pd.Series([None] * len(table))
