@@ -13,3 +13,13 @@ def test_example_output_matches_golden(script):
     out = subprocess.run([sys.executable, str(EXP / script)], capture_output=True, text=True, check=True).stdout
     expected = (EXP / script.replace(".py", ".expected.txt")).read_text()
     assert out == expected
+
+
+def test_example_config_loads_and_matches_defaults_where_it_says_so():
+    from sim.config import load_config
+
+    cfg = load_config(EXP / "example.yaml")
+    assert (cfg.model, cfg.parallelism.tp, cfg.cluster.replicas, cfg.scheduler.name) == ("llama-3.1-70b", 4, 2, "vllm_v1")
+    default = load_config()
+    assert cfg.kv == default.kv and cfg.slo == default.slo and cfg.engine == default.engine
+    assert cfg.workload.prompt == default.workload.prompt and cfg.workload.output == default.workload.output
