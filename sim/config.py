@@ -30,6 +30,12 @@ class Parallelism(_Strict):
 class Cluster(_Strict):
     replicas: int = Field(default=1, ge=1, description="identical model replicas")
     router: str = "round_robin"
+    prefill_replicas: int = Field(default=0, ge=0, description=(
+        "prefill/decode disaggregation: the first N replicas only prefill, the others only decode "
+        "(0: every replica does both)"))
+    kv_transfer_gbps: float | None = Field(default=None, gt=0, description=(
+        "GB/s moving one request's KV cache from a prefill to a decode replica (default: the "
+        "hardware's host link per direction, times the GPUs of a replica)"))
 
     @model_validator(mode="after")
     def _router(self):
@@ -37,6 +43,9 @@ class Cluster(_Strict):
 
         if self.router not in ROUTERS:
             raise ValueError(_unknown("router", self.router, ROUTERS))
+        if self.prefill_replicas and self.prefill_replicas >= self.replicas:
+            raise ValueError(f"prefill_replicas ({self.prefill_replicas}) must leave at least one of the "
+                             f"{self.replicas} replicas for decoding")
         return self
 
 

@@ -169,6 +169,7 @@ class Replica:
     def __init__(self, idx: int, scheduler, kv: KVManager, cost):
         self.idx, self.scheduler, self.kv, self.cost = idx, scheduler, kv, cost
         self.wake: simpy.Event | None = None
+        self.role = "both"  # or "prefill" / "decode" under disaggregation
 
 
 class Engine:
@@ -194,6 +195,19 @@ class Engine:
             kv = make_kv_manager(cfg.kv, self.mem.num_gpu_blocks, self.mem.block_bytes)
             rng = np.random.default_rng([cfg.seed, 1, i])  # the policy's own stream (predictors)
             self.replicas.append(Replica(i, sched_cls(knobs, kv, rng=rng, max_context=self.model.max_context), kv, self.cost))
+        # prefill/decode disaggregation: arrivals go to the prefill pool; after its first token a
+        # request's KV moves to the least loaded decode replica
+        npre = cfg.cluster.prefill_replicas
+        self.entry_pool = self.replicas[:npre] if npre else self.replicas
+        self.decode_pool = self.replicas[npre:] if npre else []
+        for rep in self.entry_pool if npre else ():
+            rep.role = "prefill"
+        for rep in self.decode_pool:
+            rep.role = "decode"
+        gpus = cfg.parallelism.tp * cfg.parallelism.pp
+        self.kv_transfer_bw = (cfg.cluster.kv_transfer_gbps * 1e9 if cfg.cluster.kv_transfer_gbps
+                               else self.hw.host_bw * gpus)
+        self.in_flight = 0  # KV transfers under way
         self.route = ROUTERS[cfg.cluster.router]
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
         self.rng = np.random.default_rng(cfg.seed)
@@ -206,7 +220,8 @@ class Engine:
         # decode fast-forward: exact, so on by default; needs the next arrival time, which only
         # an open-loop arrival process knows, and a router that reads no replica state
         self.fast_forward = (cfg.engine.fast_forward and record_plans is False and not cfg.workload.closed_loop
-                             and (cfg.cluster.replicas == 1 or cfg.cluster.router == "round_robin"))
+                             and (cfg.cluster.replicas == 1 or cfg.cluster.router == "round_robin")
+                             and not cfg.cluster.prefill_replicas)
         self.upcoming: deque = deque()  # arrivals read ahead of time (open loop)
         self.env = simpy.Environment()
         self.arrivals_done = False
@@ -225,9 +240,10 @@ class Engine:
         if spec.prompt_tokens + spec.output_tokens > ctx:
             return self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} tokens exceed "
                                      f"{self.model.id}'s context of {ctx}")
+        pool = self.entry_pool
         loads = [ReplicaLoad(len(r.scheduler.waiting), len(r.scheduler.running), r.kv.num_used / r.kv.num_blocks)
-                 for r in self.replicas] if self.cfg.cluster.router != "round_robin" else self.replicas
-        rep = self.replicas[self.route(spec, loads, self.route_state)]
+                 for r in pool] if self.cfg.cluster.router != "round_robin" else pool
+        rep = pool[self.route(spec, loads, self.route_state)]
         req.replica = rep.idx
         reason = rep.scheduler.reject_reason(req)
         if reason:
@@ -311,6 +327,8 @@ class Engine:
             r.last_token_s = now
             if g >= r.output_tokens:
                 self._finish(rep, r, now)
+            elif rep.role == "prefill":
+                self._hand_off(rep, r)
         if step_gaps:
             self.itl_values.append(step)
             self.itl_counts.append(step_gaps)
@@ -324,6 +342,32 @@ class Engine:
             self._notify_done(r)
         if self.progress is not None:
             self.progress.update(1)
+
+    def _hand_off(self, rep: Replica, r: Request) -> None:
+        """Disaggregation: ``r`` has its first token; its KV leaves the prefill replica and, after
+        the transfer, joins the least loaded decode replica with its computed tokens intact."""
+        rep.scheduler.finish(r)  # leaves this replica: its blocks return to the pool
+        r.status = Status.WAITING
+        self.in_flight += 1
+        nbytes = r.num_computed * self.model.kv_bytes_per_token(self.cfg.kv.dtype or self.cfg.dtype)
+        self.env.process(self._transfer(r, nbytes / self.kv_transfer_bw))
+
+    def _transfer(self, r: Request, seconds: float):
+        yield self.env.timeout(seconds)
+        self.in_flight -= 1
+        dst = min(self.decode_pool, key=lambda d: (len(d.scheduler.waiting) + len(d.scheduler.running), d.idx))
+        r.replica = dst.idx
+        dst.scheduler.add(r)
+        done = self.arrivals_done and not self._upstream_busy(dst)
+        for rep in [dst] + (self.replicas if done else []):  # idle decode replicas may now stop
+            if rep.wake is not None and not rep.wake.triggered:
+                rep.wake.succeed()
+
+    def _upstream_busy(self, rep: Replica) -> bool:
+        """Can work still reach ``rep`` from another replica (a decode replica's prefill pool)?"""
+        if rep.role != "decode":
+            return False
+        return bool(self.in_flight) or any(p.scheduler.has_work() for p in self.entry_pool)
 
     def _steady_decode(self, rep: Replica, plan: StepPlan) -> bool:
         """True when ``plan`` gives every running request exactly its next decode token, nothing
@@ -489,7 +533,7 @@ class Engine:
                 if sched.has_work():
                     raise RuntimeError(f"scheduler {sched.name!r} made no progress with "
                                        f"{len(sched.waiting)} waiting and {len(sched.running)} running requests")
-                if self.arrivals_done:
+                if self.arrivals_done and not self._upstream_busy(rep):
                     return
                 rep.wake = env.event()
                 yield rep.wake

@@ -58,10 +58,15 @@ class Scheduler:
     # ---- the engine calls these ----------------------------------------------------------
     def reject_reason(self, req: Request) -> str | None:
         """Why this policy can never serve ``req`` (None if it can)."""
-        need = self.kv.blocks_for(req.spec.prompt_tokens + req.spec.output_tokens)
-        if need > self.kv.num_blocks:
+        kv = self.kv
+        need = kv.blocks_for(req.spec.prompt_tokens + req.spec.output_tokens)
+        if need > kv.num_blocks:
             return (f"exceeds_kv_capacity: needs {need} KV blocks for {req.spec.prompt_tokens}+{req.spec.output_tokens} tokens; "
-                    f"the replica has {self.kv.num_blocks}")
+                    f"the replica has {kv.num_blocks}")
+        prompt = kv.blocks_for(req.spec.prompt_tokens)
+        if prompt > kv.num_blocks - kv.watermark_blocks:  # vLLM's AllocStatus.NEVER
+            return (f"exceeds_kv_capacity: the prompt needs {prompt} KV blocks; admission keeps "
+                    f"{kv.watermark_blocks} of the replica's {kv.num_blocks} free (watermark)")
         return None
 
     def add(self, req: Request) -> None:
