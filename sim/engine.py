@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import simpy
@@ -21,128 +21,13 @@ from sim.cluster import ROUTERS, ReplicaLoad
 from sim.config import Config
 from sim.cost import make_cost_model
 from sim.cost.memory import plan_memory
+from sim.fastforward import VECTOR_RUN, BlockGrower, DecodeRun
 from sim.kv import KVManager, make_kv_manager
+from sim.metrics.steplog import StepLog
 from sim.request import Request, Status
 from sim.scheduler import REGISTRY
 from sim.types import COMPONENTS, BatchShape, StepPlan
 from sim.workload import build_workload
-
-
-@dataclass
-class StepLog:
-    """Columnar per-step records (one entry per engine step)."""
-
-    replica: array = field(default_factory=lambda: array("i"))
-    start_s: array = field(default_factory=lambda: array("d"))
-    duration_s: array = field(default_factory=lambda: array("d"))
-    batch_size: array = field(default_factory=lambda: array("i"))
-    num_tokens: array = field(default_factory=lambda: array("i"))
-    prefill_tokens: array = field(default_factory=lambda: array("i"))
-    decode_tokens: array = field(default_factory=lambda: array("i"))
-    preempted: array = field(default_factory=lambda: array("i"))
-    kv_blocks_used: array = field(default_factory=lambda: array("i"))
-    waiting: array = field(default_factory=lambda: array("i"))
-    source: list = field(default_factory=list)
-    components: dict = field(default_factory=lambda: {c: array("d") for c in COMPONENTS})
-
-    def add(self, replica: int, start: float, st, batch: int, prefill: int, decode: int, preempted: int,
-            kv_used: int, waiting: int) -> None:
-        self.replica.append(replica)
-        self.start_s.append(start)
-        self.duration_s.append(st.total)
-        self.batch_size.append(batch)
-        self.num_tokens.append(prefill + decode)
-        self.prefill_tokens.append(prefill)
-        self.decode_tokens.append(decode)
-        self.preempted.append(preempted)
-        self.kv_blocks_used.append(kv_used)
-        self.waiting.append(waiting)
-        self.source.append(st.source)
-        c = self.components
-        c["gemm"].append(st.gemm)
-        c["attn_prefill"].append(st.attn_prefill)
-        c["attn_decode"].append(st.attn_decode)
-        c["comm"].append(st.comm)
-        c["other_gpu"].append(st.other_gpu)
-        c["cpu"].append(st.cpu)
-        c["swap"].append(st.swap)
-
-    def add_run(self, replica: int, run: DecodeRun, waiting: int, waiting_end: int, used_end: int) -> None:
-        """Rows of a decode run: identical to what ``add`` would log step by step (the last
-        row sees the arrivals and finishes of the run's last step)."""
-        k, n = run.steps, len(run.reqs)
-        self.replica.extend([replica] * k)
-        self.start_s.extend(run.times[:k])
-        self.duration_s.extend(run.columns["total"])
-        self.batch_size.extend([n] * k)
-        self.num_tokens.extend([n] * k)
-        self.prefill_tokens.extend([0] * k)
-        self.decode_tokens.extend([n] * k)
-        self.preempted.extend([0] * k)
-        used = run.used
-        used[-1] = used_end
-        self.kv_blocks_used.extend(used)
-        self.waiting.extend([waiting] * (k - 1) + [waiting_end])
-        self.source.extend([run.source] * k)
-        for c in COMPONENTS:
-            self.components[c].extend(run.columns[c])
-
-
-@dataclass
-class DecodeRun:
-    """A run of identical decode steps (see ``Engine.decode_run``), as columns."""
-
-    reqs: list
-    times: list  # steps + 1 entries: each step's start, then the last step's end
-    columns: dict  # "total" and each component: one value per step
-    used: list  # KV blocks in use after each step's allocations
-    source: str
-    steps: int
-
-
-VECTOR_RUN = 48
-"""Decode runs expected to last at least this many steps are priced with numpy arrays."""
-
-
-class _BlockGrower:
-    """Allocates the blocks a steady decode batch needs, step by step in running order (as the
-    scheduler would), and remembers how many blocks were in use after each step's allocations."""
-
-    def __init__(self, kv: KVManager, reqs: list[Request]):
-        self.kv, self.reqs = kv, reqs
-        bs, tables = kv.block_size, kv.tables
-        # (step at which request i needs its next block, i): the step whose token overflows its table
-        self.heap = [(len(tables[r.id]) * bs - r.num_computed, i) for i, r in enumerate(reqs)]
-        heapq.heapify(self.heap)
-        self.start_used = kv.num_used
-        self.changes: list[tuple[int, int]] = []
-
-    def grow_until(self, k_end: int) -> int:
-        """Allocate for the steps before ``k_end``; returns the first step the pool cannot give
-        (``k_end`` if it can give them all)."""
-        kv, heap, bs, tables = self.kv, self.heap, self.kv.block_size, self.kv.tables
-        while heap and heap[0][0] < k_end:
-            k = heap[0][0]
-            need = []
-            while heap and heap[0][0] == k:
-                need.append(heapq.heappop(heap)[1])
-            if not kv.can_allocate(len(need)):  # each needs exactly one block
-                for i in need:
-                    heapq.heappush(heap, (k, i))
-                return k
-            for i in sorted(need):
-                r = self.reqs[i]
-                if not kv.allocate(r.id, r.num_computed + 1 + k):
-                    raise RuntimeError(f"KV manager refused a block it said it had (request {r.id})")
-                heapq.heappush(heap, (len(tables[r.id]) * bs - r.num_computed, i))
-            self.changes.append((k, kv.num_used))
-        return k_end
-
-    def used(self, steps: int) -> list[int]:
-        out = [self.start_used] * steps
-        for k, u in self.changes:
-            out[k:] = [u] * (steps - k)
-        return out
 
 
 @dataclass
@@ -383,7 +268,7 @@ class Engine:
                 return False
         return True
 
-    def decode_run(self, rep: Replica, plan: StepPlan, start: float) -> "DecodeRun":
+    def decode_run(self, rep: Replica, plan: StepPlan, start: float) -> DecodeRun:
         """Decode fast-forward: the steps of a steady decode batch up to the first of (a request
         finishes, the next arrival at this replica, a block the pool cannot give), priced exactly
         as single steps would be, with per-request work only at the ends. Blocks are allocated as
@@ -395,7 +280,7 @@ class Engine:
         kv_tokens = sum(r.num_computed for r in reqs) + n
         longest = max(r.num_computed for r in reqs) + 1
         arrival = self.next_arrival_for(rep)
-        grower = _BlockGrower(kv, reqs)
+        grower = BlockGrower(kv, reqs)
         st = cost.decode_step(n, kv_tokens, longest)
         # long runs: vectorised prices (when the cost model has them); short ones: step by step
         expect = horizon if arrival == float("inf") else min(horizon, int((arrival - start) / st.total) + 2)
@@ -421,7 +306,7 @@ class Engine:
         cols = dict(zip(("total", *COMPONENTS), map(list, zip(*rows))))
         return DecodeRun(reqs, times, cols, grower.used(k_end), sts[0].source, k_end)
 
-    def complete_run(self, rep: Replica, run: "DecodeRun") -> None:
+    def complete_run(self, rep: Replica, run: DecodeRun) -> None:
         """Apply a decode run: every request computed and emitted one token per step."""
         k, reqs, times = run.steps, run.reqs, run.times
         start0, end, first_end = times[0], times[-1], times[1]
