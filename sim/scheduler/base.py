@@ -204,10 +204,16 @@ class BudgetScheduler(Scheduler):
         else:
             sort_key_queue(self.waiting, req, self.queue_key)
 
+    queue_static: ClassVar[bool] = True
+    """True when neither the waiting queue's order nor the admission test can change during a
+    run of decode steps (no time-dependent keys, no test reading running requests' progress)."""
+
     def steady(self) -> bool:
-        # no waiting request: schedule_running gives each running request its next token in
-        # running order again (nothing in it depends on time while every request decodes)
-        return not self.waiting
+        # schedule_running gives each running request its next token in running order again.
+        # A waiting head that was refused stays refused while the batch only decodes: the token
+        # budget left is the same and free blocks only shrink (a plain KV manager's refused
+        # allocation has no side effects) - unless the queue order or the test moves with time.
+        return not self.waiting or (self.queue_static and type(self.kv) is KVManager)
 
     def requeue(self, victim: Request) -> None:
         if self.queue_key is None:

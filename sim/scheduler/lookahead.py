@@ -39,6 +39,7 @@ def projected_peak_blocks(sizes, remaining, block_size: int) -> float:
 @register("lookahead")
 class LookaheadScheduler(Predicted, VLLMV1Scheduler):
     Knobs = LookaheadKnobs
+    queue_static = False  # aged keys / an admission test reading running requests
 
     def admissible(self, r, now):
         reqs = [*self.running, r]

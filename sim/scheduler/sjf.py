@@ -32,6 +32,7 @@ class SJFKnobs(PredictorKnobs, V1Knobs):
 @register("sjf")
 class SJFScheduler(Predicted, VLLMV1Scheduler):
     Knobs = SJFKnobs
+    queue_static = False  # aged keys / an admission test reading running requests
 
     def length(self, r) -> float:
         """The predicted length the queue is ordered by."""
