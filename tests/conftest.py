@@ -33,3 +33,23 @@ def tiny_config(**sections) -> dict:
         else:
             cfg[k] = v
     return cfg
+
+
+def uniform_workload(rate: float, n: int, pmax: int, omax: int) -> dict:
+    """A workload section: ``n`` requests at ``rate``/s, prompts 1..pmax and outputs 1..omax tokens."""
+    return {"rate": rate, "num_requests": n, "prompt": {"kind": "uniform", "min": 1, "max": pmax},
+            "output": {"kind": "uniform", "min": 1, "max": omax}}
+
+
+def assert_run_invariants(eng, out) -> None:
+    """What every run must satisfy: each arrived request finished with exactly its output tokens
+    in order, or was rejected with a reason; every KV block back in its pool; nothing left queued."""
+    for r in out.requests:
+        assert r.status.value in ("finished", "rejected")
+        if r.status.value == "rejected":
+            assert r.reject_reason
+        else:
+            assert r.num_generated == r.spec.output_tokens
+            assert r.spec.arrival_s <= r.first_scheduled_s <= r.first_token_s <= r.finish_s
+    for rep in eng.replicas:
+        assert rep.kv.num_used == 0 and not rep.kv.tables and not rep.scheduler.has_work()

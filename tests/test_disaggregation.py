@@ -1,11 +1,10 @@
 """Prefill/decode disaggregation (Splitwise, ISCA'24; DistServe, OSDI'24): exact timing of one
 request, invariants on random configs, and the known result (no prefill-decode interference)."""
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import tiny_config
+from conftest import assert_run_invariants, tiny_config, uniform_workload
 from sim import simulate
 from sim.catalog import get_hardware, get_model
 from sim.config import build_config, load_config
@@ -66,17 +65,10 @@ def test_invariants_under_disaggregation(p):
     cfg = load_config(tiny_config(
         seed=p["seed"], cluster={"replicas": p["replicas"], "prefill_replicas": p["replicas"] // 2},
         scheduler={"name": p["scheduler"]}, kv={"num_gpu_blocks": p["blocks"], "preemption": p["preemption"]},
-        workload={"rate": p["rate"], "num_requests": p["n"], "prompt": {"kind": "uniform", "min": 1, "max": p["pmax"]},
-                  "output": {"kind": "uniform", "min": 1, "max": p["omax"]}}))
+        workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"])))
     eng = Engine(cfg)
     out = eng.run()
-    for r in out.requests:
-        assert r.status.value in ("finished", "rejected")
-        if r.status.value == "finished":
-            assert r.num_generated == r.spec.output_tokens
-            assert r.spec.arrival_s <= r.first_token_s <= r.finish_s
-    for rep in eng.replicas:
-        assert rep.kv.num_used == 0 and not rep.scheduler.has_work()
+    assert_run_invariants(eng, out)
     assert eng.in_flight == 0
 
 

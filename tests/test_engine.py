@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import tiny_config
+from conftest import assert_run_invariants, tiny_config, uniform_workload
 from sim import simulate
 from sim.catalog import get_hardware, get_model
 from sim.config import load_config
@@ -111,24 +111,14 @@ def test_invariants_on_random_small_configs(p):
         seed=p["seed"], cluster={"replicas": p["replicas"]},
         scheduler={"name": p["scheduler"], "max_num_seqs": p["max_seqs"], "max_num_batched_tokens": p["budget"]},
         kv={"num_gpu_blocks": p["blocks"], "block_size": p["block_size"]},
-        workload={"rate": p["rate"], "num_requests": p["n"], "prompt": {"kind": "uniform", "min": 1, "max": p["pmax"]},
-                  "output": {"kind": "uniform", "min": 1, "max": p["omax"]}}))
+        workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"])))
     eng = Engine(cfg)
     out = eng.run()
     assert len(out.requests) == p["n"]
-    for r in out.requests:
-        # every arrived request completes, or is rejected with a reason
-        assert r.status.value in ("finished", "rejected")
-        if r.status.value == "rejected":
-            assert r.reject_reason
-        else:
-            # exactly its output tokens, in order: first token, then non-decreasing token times
-            assert r.num_generated == r.spec.output_tokens
-            assert r.spec.arrival_s <= r.first_scheduled_s <= r.first_token_s <= r.finish_s
+    assert_run_invariants(eng, out)
     steps_used = np.frombuffer(out.steps.kv_blocks_used, np.int32) if len(out.steps.kv_blocks_used) else []
     assert all(u <= p["blocks"] for u in steps_used)
     for rep in eng.replicas:
-        assert rep.kv.num_used == 0 and not rep.kv.tables  # all blocks back in the pool
         assert sorted(rep.kv.pool._free) == list(range(p["blocks"]))
     tokens = np.frombuffer(out.steps.num_tokens, np.int32) if len(out.steps.num_tokens) else np.zeros(0)
     assert tokens.sum() >= sum(r.spec.prompt_tokens for r in out.requests if r.status.value == "finished")

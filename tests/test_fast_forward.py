@@ -6,7 +6,7 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import tiny_config, trace_path
+from conftest import tiny_config, trace_path, uniform_workload
 from sim import simulate
 from sim.scheduler import REGISTRY
 
@@ -48,8 +48,7 @@ def test_fast_forward_is_exact_on_random_configs(p):
         seed=p["seed"], cluster={"replicas": p["replicas"]}, scheduler={"name": p["scheduler"]},
         kv={"num_gpu_blocks": p["blocks"], "block_size": p["block_size"], "preemption": p["preemption"],
             "prefix_caching": p["prefix"]},
-        workload={"rate": p["rate"], "num_requests": p["n"], "prompt": {"kind": "uniform", "min": 1, "max": p["pmax"]},
-                  "output": {"kind": "uniform", "min": 1, "max": p["omax"]}})
+        workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"]))
     assert_identical(*both(cfg))
 
 
