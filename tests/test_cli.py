@@ -68,3 +68,12 @@ def test_catalog_lists_cards(capsys):
     assert main(["catalog"]) == 0
     out = capsys.readouterr().out
     assert "mixtral-8x7b" in out and "mi300x" in out and "set cost.usd_per_gpu_hour" in out
+
+
+def test_malformed_trace_row_names_file_and_line(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,10,5\n0.5,abc,5\n")
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run", "--trace", str(trace), "--out", str(tmp_path / "o"),
+                           "--quiet", "--no-plots"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "t.csv" in proc.stderr and "line 3" in proc.stderr
