@@ -197,9 +197,20 @@ def _run_report(src: Path, doc: Doc, figdir: Path) -> None:
     setup_section(doc, cfg, s)
     headline(doc, s)
     req = pd.read_parquet(src / "requests.parquet")
+    steps = src / "steps.parquet"
+    if steps.exists():  # the run's own time series (its latency CDF is redrawn below)
+        from sim.metrics.plots import plot_run
+
+        plot_run(req, pd.read_parquet(steps), figdir, slo=None)
     doc.h("Latency distributions")
     cdf_figure({cfg.get("scheduler", {}).get("name", "run"): req[req["status"] == "finished"]}, figdir, cfg.get("slo"))
     doc.figure("figures/latency_cdf", "TTFT, TPOT and end-to-end latency CDFs of completed requests")
+    if steps.exists():
+        doc.h("Over time")
+        doc.figure("figures/batch_kv_over_time", "Sequences per step and KV-cache use over simulated time")
+        doc.figure("figures/e2e_vs_arrival", "End-to-end latency of each request against its arrival time")
+        doc.h("Where the time goes")
+        doc.figure("figures/step_breakdown", "Share of busy GPU time per step-time component")
 
 
 def _sweep_report(src: Path, doc: Doc, figdir: Path) -> None:
