@@ -154,7 +154,8 @@ def cdf_figure(frames: dict[str, pd.DataFrame], figdir: Path, slo: dict | None) 
             cdf(ax, df[col].to_numpy(float), label, 1e3)
         if lim:
             ax.axvline(lim * 1e3, color="crimson", ls="--", lw=1, label=f"SLO {lim * 1e3:g} ms")
-        ax.set_xlabel(f"{name} (ms)")
+        ax.set_xscale("log")  # latencies span decades; an SLO line must not squash the curves
+        ax.set_xlabel(f"{name} (ms, log scale)")
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{name} CDF", fontsize=10)
         if len(frames) <= 8:
