@@ -73,7 +73,8 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
 def write_results(res: Results, out: Path, *, plots: bool = True) -> None:
     out.mkdir(parents=True, exist_ok=True)
     res.requests.to_parquet(out / "requests.parquet", index=False)
-    res.steps.to_parquet(out / "steps.parquet", index=False)
+    if res.config.output.step_records:
+        res.steps.to_parquet(out / "steps.parquet", index=False)
     (out / "config.yaml").write_text(yaml.safe_dump(res.config.to_dict(), sort_keys=False))
     if plots:
         from sim.metrics.plots import plot_run

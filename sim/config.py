@@ -122,6 +122,9 @@ class EngineSection(_Strict):
 class Output(_Strict):
     plots: bool = True
     progress: bool = True
+    step_records: bool = Field(default=True, description=(
+        "keep one row per engine step (steps.parquet, time-series figures); turn off for runs of "
+        "millions of requests, whose memory is then bounded by the requests alone"))
 
 
 class Config(_Strict):

@@ -99,7 +99,7 @@ class Engine:
         self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
         self.requests: list[Request] = []
         self.by_id: dict[int, Request] = {}
-        self.steps = StepLog()
+        self.steps = StepLog(keep_rows=cfg.output.step_records)
         self.itl_values = array("d")
         self.itl_counts = array("q")
         # decode fast-forward: exact, so on by default; needs the next arrival time, which only

@@ -77,3 +77,20 @@ def test_malformed_trace_row_names_file_and_line(tmp_path):
                            "--quiet", "--no-plots"], capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "t.csv" in proc.stderr and "line 3" in proc.stderr
+
+
+def test_without_step_records_the_summary_is_unchanged(tmp_path):
+    from sim import simulate
+
+    from conftest import tiny_config
+
+    cfg = tiny_config(workload={"num_requests": 80, "rate": 20.0})
+    full = simulate(cfg, out=tmp_path / "a", plots=True)
+    lean = simulate({**cfg, "output": {"plots": True, "progress": False, "step_records": False}}, out=tmp_path / "b")
+    a, b = dict(full.summary), dict(lean.summary)
+    for s in (a, b):
+        s["sim"] = {k: v for k, v in s["sim"].items() if k not in ("wall_s", "step_records")}
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    assert lean.steps.empty and not (tmp_path / "b" / "steps.parquet").exists()
+    assert (tmp_path / "b" / "plots" / "latency_cdf.png").exists()
+    assert not (tmp_path / "b" / "plots" / "batch_kv_over_time.png").exists()

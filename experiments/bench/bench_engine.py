@@ -11,7 +11,8 @@ Cases:
   conversation-like lengths, figures off: total wall time of ``servesim run`` in a fresh process,
   start-up included (the DESIGN target is under 2 s).
 - ``scale``: N synthetic requests (default 200,000; ``--scale-requests``) on 8 replicas: wall time
-  and peak resident memory, to extrapolate to a million.
+  and peak resident memory, to extrapolate to a million (``--no-step-records``: without the
+  per-step rows, as ``output.step_records: false``).
 """
 from __future__ import annotations
 
@@ -62,15 +63,16 @@ def case_llama70b() -> None:
           f"engine {s['sim']['wall_s']:.2f} s for {s['sim']['steps']:,} steps)")
 
 
-def case_scale(n: int) -> None:
+def case_scale(n: int, step_records: bool = True) -> None:
     from sim import simulate
 
     t = time.perf_counter()
-    res = simulate({"cluster": {"replicas": 8}, "workload": {"rate": 40.0, "num_requests": n}}, plots=False, progress=False)
+    res = simulate({"cluster": {"replicas": 8}, "workload": {"rate": 40.0, "num_requests": n},
+                    "output": {"step_records": step_records}}, plots=False, progress=False)
     wall = time.perf_counter() - t
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     s = res.summary
-    print(f"scale: {n:,} requests on 8 replicas, {s['sim']['steps']:,} steps in {wall:.1f} s wall "
+    print(f"scale{'' if step_records else ' (no step records)'}: {n:,} requests on 8 replicas, {s['sim']['steps']:,} steps in {wall:.1f} s wall "
           f"({n / wall:,.0f} requests/s, {s['sim']['steps'] / wall:,.0f} steps/s), peak RSS {rss:,.0f} MiB; "
           f"a million requests would take about {wall * 1e6 / n:,.0f} s")
 
@@ -79,13 +81,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", choices=["azure", "llama70b", "scale", "all"], default="all")
     ap.add_argument("--scale-requests", type=int, default=200_000)
+    ap.add_argument("--no-step-records", action="store_true", help="scale case with output.step_records off")
     a = ap.parse_args()
     if a.case in ("llama70b", "all"):
         case_llama70b()
     if a.case in ("azure", "all"):
         case_azure()
     if a.case in ("scale", "all"):
-        case_scale(a.scale_requests)
+        case_scale(a.scale_requests, step_records=not a.no_step_records)
 
 
 if __name__ == "__main__":

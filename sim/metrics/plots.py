@@ -52,7 +52,7 @@ def binned(steps: pd.DataFrame, cols, bins: int = 300):
 
 def plot_run(req: pd.DataFrame, steps: pd.DataFrame, out_dir: str | Path, title: str = "", slo=None) -> list[str]:
     """The standard figures of one run: TTFT and TPOT CDFs, E2E against arrival, batch size and
-    KV usage over time, step-time breakdown."""
+    KV usage over time, step-time breakdown (the last two need per-step records)."""
     plt = _plt()
     out = Path(out_dir)
     files: list[str] = []
@@ -84,6 +84,8 @@ def plot_run(req: pd.DataFrame, steps: pd.DataFrame, out_dir: str | Path, title:
     ax.set_title(f"E2E latency against arrival time {title}", fontsize=10)
     files += save(fig, out, "e2e_vs_arrival")
     plt.close(fig)
+    if steps.empty:  # no per-step records (output.step_records: false): no time series
+        return files
 
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 5.2), sharex=True)
     for rep, g in steps.groupby("replica"):

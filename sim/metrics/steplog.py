@@ -1,7 +1,10 @@
-"""Columnar per-step records the engine fills (one entry per engine step)."""
+"""Columnar per-step records the engine fills (one entry per engine step), and running totals
+that the summary reads, so a run can drop the rows (``output.step_records: false``) and keep its
+memory bounded by the requests alone."""
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field
 
 from sim.types import COMPONENTS
@@ -23,9 +26,19 @@ class StepLog:
     waiting: array = field(default_factory=lambda: array("i"))
     source: list = field(default_factory=list)
     components: dict = field(default_factory=lambda: {c: array("d") for c in COMPONENTS})
+    keep_rows: bool = True
+    count: int = 0  # running totals, kept with or without rows
+    peak_kv_blocks: int = 0
+    sources: Counter = field(default_factory=Counter)
 
     def add(self, replica: int, start: float, st, batch: int, prefill: int, decode: int, preempted: int,
             kv_used: int, waiting: int) -> None:
+        self.count += 1
+        if kv_used > self.peak_kv_blocks:
+            self.peak_kv_blocks = kv_used
+        self.sources[st.source] += 1
+        if not self.keep_rows:
+            return
         self.replica.append(replica)
         self.start_s.append(start)
         self.duration_s.append(st.total)
@@ -50,6 +63,13 @@ class StepLog:
         """Rows of a decode run: identical to what ``add`` would log step by step (the last
         row sees the arrivals and finishes of the run's last step)."""
         k, n = run.steps, len(run.reqs)
+        used = run.used
+        used[-1] = used_end
+        self.count += k
+        self.peak_kv_blocks = max(self.peak_kv_blocks, max(used))
+        self.sources[run.source] += k
+        if not self.keep_rows:
+            return
         self.replica.extend([replica] * k)
         self.start_s.extend(run.times[:k])
         self.duration_s.extend(run.columns["total"])
@@ -58,8 +78,6 @@ class StepLog:
         self.prefill_tokens.extend([0] * k)
         self.decode_tokens.extend([n] * k)
         self.preempted.extend([0] * k)
-        used = run.used
-        used[-1] = used_end
         self.kv_blocks_used.extend(used)
         self.waiting.extend([waiting] * (k - 1) + [waiting_end])
         self.source.extend([run.source] * k)

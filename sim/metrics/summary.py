@@ -118,7 +118,8 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
     for r in rejected["reject_reason"]:
         key = r.split(":")[0] if r else "unknown"
         reasons[key] = reasons.get(key, 0) + 1
-    sources = steps["cost_source"].value_counts().to_dict() if len(steps) else {}
+    log = out.steps  # running totals: present with or without per-step rows
+    sources = dict(log.sources)
     return {
         "requests": {
             "arrived": arrived,
@@ -150,12 +151,13 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "usd": usd,
             "usd_per_million_output_tokens": (usd / out_tok * 1e6) if (usd is not None and out_tok) else None,
         },
-        "kv": {**out.memory, "peak_blocks_used": int(steps["kv_blocks_used"].max()) if len(steps) else 0},
+        "kv": {**out.memory, "peak_blocks_used": int(log.peak_kv_blocks)},
         "prefix_cache": prefix_cache(cfg, req),
         "workload": out.workload_info,
         "sim": {
             "wall_s": wall_s,
-            "steps": int(len(steps)),
+            "steps": int(log.count),
+            "step_records": bool(log.keep_rows),
             "simulated_s": out.simulated_s,
             "makespan_s": makespan,
             "seed": cfg.seed,
