@@ -46,6 +46,7 @@ class SimOutput:
     simulated_s: float
     workload_info: dict
     cost_source: str
+    cost_params: dict
     out_of_range: int
     kv_blocks_per_replica: int
 
@@ -452,7 +453,8 @@ class Engine:
             config=cfg, requests=self.requests, steps=self.steps, itl_values=self.itl_values,
             itl_counts=self.itl_counts, memory=self.mem.as_dict(),
             num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=self.env.now,
-            workload_info=dict(self.workload.info), cost_source=self.cost.source, out_of_range=oor,
+            workload_info=dict(self.workload.info), cost_source=self.cost.source,
+            cost_params={"source": self.cost.params_source, **self.cost.p.as_dict()}, out_of_range=oor,
             kv_blocks_per_replica=self.mem.num_gpu_blocks)
 
 

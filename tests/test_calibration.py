@@ -150,3 +150,22 @@ def test_fit_cli_errors_cleanly(tmp_path):
 def test_fit_roofline_without_points_is_empty():
     assert fit_roofline(get_model(TINY), get_hardware(CPU), "bf16", {}) == {}
     assert group_points(Path("/nonexistent-profile-folder")) == {}
+
+
+def test_unprofiled_gpu_uses_factors_fitted_on_profiled_gpus(tmp_path):
+    """`servesim fit` over a root of GPU profiles writes their average factors; a simulation of a
+    GPU without its own profile takes them (and says so) unless the user set cost.roofline."""
+    import json
+
+    from sim import simulate
+
+    (tmp_path / "roofline_params.json").write_text(json.dumps({"params": {"gemm_eff": 0.5, "mem_eff": 0.7}}))
+    base = {"workload": {"num_requests": 20}, "output": {"plots": False, "progress": False}}
+    default = simulate(base).summary
+    fitted = simulate({**base, "cost": {"profiles_dir": str(tmp_path)}}).summary
+    user = simulate({**base, "cost": {"profiles_dir": str(tmp_path), "roofline": {"gemm_eff": 0.9}}}).summary
+    p = fitted["sim"]["cost_model_params"]
+    assert p["gemm_eff"] == 0.5 and p["mem_eff"] == 0.7 and "fitted on profiled GPUs" in p["source"]
+    assert default["sim"]["cost_model_params"]["source"] == "defaults"
+    assert user["sim"]["cost_model_params"]["gemm_eff"] == 0.9 and user["sim"]["cost_model_params"]["source"] == "defaults"
+    assert fitted["e2e_s"]["mean"] > default["e2e_s"]["mean"]  # lower efficiencies: slower steps

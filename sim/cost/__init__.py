@@ -9,7 +9,11 @@ __all__ = ["CostModel", "RooflineCostModel", "RooflineParams", "make_cost_model"
 
 def make_cost_model(cfg, model, hw) -> CostModel:
     """The cost model a config asks for: ``profiled`` when a profile for (hardware, model, dtype)
-    exists (``auto``) or is demanded (``profiled``, an error if missing), else the roofline."""
+    exists (``auto``) or is demanded (``profiled``, an error if missing), else the roofline. The
+    roofline's efficiency factors are the documented defaults, the user's ``cost.roofline``, or,
+    when the user set none and a fitted root holds a GPU average (``servesim fit`` over several
+    profiled GPUs writes ``roofline_params.json`` there), those fitted factors, so unprofiled GPUs
+    improve from the profiled ones."""
     params = RooflineParams(**cfg.cost.roofline.model_dump())
     kw = dict(tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype, kv_dtype=cfg.kv.dtype or cfg.dtype,
               block_size=cfg.kv.block_size)
@@ -29,4 +33,19 @@ def make_cost_model(cfg, model, hw) -> CostModel:
             from sim.errors import ConfigError
 
             raise ConfigError(f"cost.model: no profile for ({hw.id}, {model.id}, {cfg.dtype}); run servesim profile + fit, or use auto")
-    return RooflineCostModel(model, hw, params=params, **kw)
+    source = "defaults"
+    if cfg.cost.roofline == type(cfg.cost.roofline)():  # the user set no factor: use fitted GPU ones
+        try:
+            from sim.cost.profiled import fitted_gpu_average
+        except ModuleNotFoundError as e:
+            if e.name != "sim.cost.profiled":
+                raise
+        else:
+            fitted = fitted_gpu_average(cfg.cost.profiles_dir)
+            if fitted is not None:
+                path, values = fitted
+                params = RooflineParams(**{**params.as_dict(), **values})
+                source = f"fitted on profiled GPUs ({path})"
+    cm = RooflineCostModel(model, hw, params=params, **kw)
+    cm.params_source = source
+    return cm

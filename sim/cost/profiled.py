@@ -209,6 +209,18 @@ class ProfiledCostModel(RooflineCostModel):
 
 # ---------------------------------------------------------------------- discovery
 
+def fitted_gpu_average(profiles_dir: str | Path | None = None) -> tuple[Path, dict] | None:
+    """The roofline factors averaged over profiled GPUs (``<fitted root>/roofline_params.json``,
+    written by ``servesim fit`` over a root holding GPU profiles), or None."""
+    root = Path(profiles_dir) if profiles_dir else shipped_root()
+    if root is None:
+        return None
+    data = _read_json(root / "roofline_params.json")
+    names = {f.name for f in fields(RooflineParams)}
+    values = {k: float(v) for k, v in data.get("params", {}).items() if k in names and v is not None}
+    return (root / "roofline_params.json", values) if values else None
+
+
 def shipped_root() -> Path | None:
     """``calibration/fitted`` of the installed ``calibration`` package (torch-free import)."""
     try:
@@ -250,5 +262,7 @@ def load_profiled_cost_model(model, hw, *, params: RooflineParams | None = None,
     tables = load_tables(folder)
     if not any(k.split(SEP)[1] == dtype for k in tables):
         return None
-    return ProfiledCostModel(model, hw, tables, tp=tp, pp=pp, dtype=dtype, kv_dtype=kv_dtype,
-                             block_size=block_size, params=fitted_params(folder, params))
+    cm = ProfiledCostModel(model, hw, tables, tp=tp, pp=pp, dtype=dtype, kv_dtype=kv_dtype,
+                           block_size=block_size, params=fitted_params(folder, params))
+    cm.params_source = f"fitted for this device ({folder})"
+    return cm

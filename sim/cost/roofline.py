@@ -83,6 +83,7 @@ class RooflineCostModel:
     """
 
     source = "roofline"
+    params_source = "defaults"  # or where fitted efficiency factors came from
 
     def __init__(self, model: ModelCard, hw: HardwareCard, *, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", kv_dtype: str | None = None, block_size: int = 16,

@@ -162,6 +162,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "makespan_s": makespan,
             "seed": cfg.seed,
             "cost_model": out.cost_source,
+            "cost_model_params": out.cost_params,
             "steps_by_cost_source": {str(k): int(v) for k, v in sorted(sources.items())},
             "out_of_range_queries": int(out.out_of_range),
         },
