@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from sim.commands.common import add_config_args, shortcut_sets
+
 SHORTCUTS = [
     ("--model", "model", str, "catalog model id (default: from the result's model_id)"),
     ("--hardware", "hardware", str, "catalog hardware id of the server's GPUs"),
@@ -22,10 +24,7 @@ def register(sub) -> None:
     p.add_argument("result", help="result JSON written by vllm bench serve --save-result")
     p.add_argument("config", nargs="?", help="servesim config YAML describing the server (model, hardware, tp, scheduler, kv)")
     p.add_argument("--out", default="results/compare", help="output folder")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any config key by its dotted path (repeatable)")
-    for flag, key, typ, help_ in SHORTCUTS:
-        p.add_argument(flag, dest=key.replace(".", "__"), type=typ, help=f"{help_} (= --set {key}=...)")
+    add_config_args(p, SHORTCUTS)
     p.add_argument("--arrivals", metavar="TRACE", help="the arrival trace the benchmark replayed (row i = request i)")
     p.add_argument("--no-plots", action="store_true", help="skip the CDF figures")
     p.set_defaults(func=run)
@@ -34,8 +33,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from sim.compare import compare
 
-    sets = [f"{key}={v}" for _, key, _, _ in SHORTCUTS if (v := getattr(args, key.replace(".", "__"), None)) is not None]
-    rep = compare(args.result, args.config, overrides=sets + list(args.sets), out=args.out,
+    rep = compare(args.result, args.config, overrides=shortcut_sets(args, SHORTCUTS), out=args.out,
                   arrivals=args.arrivals, plots=not args.no_plots)
     src, rq, s = rep["source"], rep["requests"], rep["setup"]
     print(f"\nreal: {src['file']} ({src['backend']}, {src['model_id']}, rate {src['request_rate']}/s, "

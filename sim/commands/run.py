@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from sim.commands.common import add_config_args, shortcut_sets
+
 SHORTCUTS = [
     ("--model", "model", str, "catalog model id, e.g. llama-3.1-70b"),
     ("--hardware", "hardware", str, "catalog hardware id, e.g. a100-80gb"),
@@ -21,10 +23,7 @@ def register(sub) -> None:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")
     p.add_argument("--out", default="results/run", help="results folder")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any config key by its dotted path (repeatable)")
-    for flag, key, typ, help_ in SHORTCUTS:
-        p.add_argument(flag, dest=key.replace(".", "__"), type=typ, help=f"{help_} (= --set {key}=...)")
+    add_config_args(p, SHORTCUTS)
     p.add_argument("--trace", help="replay a trace file (format detected from its columns)")
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
@@ -32,18 +31,13 @@ def register(sub) -> None:
 
 
 def overrides_from_args(args) -> list[str]:
-    sets = []
     trace = getattr(args, "trace", None)
-    if trace:
-        sets.append(f"workload.trace.path={trace}")
-    for flag, key, _, _ in SHORTCUTS:
-        v = getattr(args, key.replace(".", "__"), None)
-        if v is None:
-            continue
-        if trace and key in ("workload.rate", "workload.num_requests"):
-            key = key.replace("workload.", "workload.trace.")
-        sets.append(f"{key}={v}")
-    return sets + list(args.sets)
+    if not trace:
+        return shortcut_sets(args, SHORTCUTS)
+    # with a trace, --rate and --num-requests rescale and cap the trace
+    in_trace = ("workload.rate", "workload.num_requests")
+    rename = lambda key: key.replace("workload.", "workload.trace.") if key in in_trace else key  # noqa: E731
+    return [f"workload.trace.path={trace}"] + shortcut_sets(args, SHORTCUTS, rename)
 
 
 def run(args) -> int:

@@ -11,6 +11,8 @@ import os
 import time
 from pathlib import Path
 
+from sim.commands.common import add_set_arg
+
 F = argparse.ArgumentDefaultsHelpFormatter
 
 
@@ -64,7 +66,7 @@ def register(sub) -> None:
                                    "limits and every request completed (bracketing + geometric bisection per seed).")
     p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")
     p.add_argument("--out", default="results/capacity", help="folder for capacity.json and the run store")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    add_set_arg(p, "config override")
     p.add_argument("--num-requests", type=int, default=None, help="requests per probe (default: the config's)")
     _slo_args(p, 3)
     _backend_args(p)
@@ -82,7 +84,7 @@ def register(sub) -> None:
     p.add_argument("--workload", default=None, help="YAML with a workload section (or a whole config)")
     p.add_argument("--trace", default=None, help="trace file replayed (rescaled to each probed rate)")
     p.add_argument("--num-requests", type=int, default=600, help="requests per simulation")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    add_set_arg(p, "config override")
     p.add_argument("--out", required=True, help="plan folder")
     _slo_args(p, 1)
     _backend_args(p)
@@ -95,7 +97,7 @@ def register(sub) -> None:
     p.add_argument("--a", action="append", default=[], metavar="KEY=VALUE", help="override for A (repeatable)")
     p.add_argument("--b", action="append", default=[], metavar="KEY=VALUE", help="override for B (repeatable)")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="override for both")
+    add_set_arg(p, "override for both")
     p.add_argument("--num-requests", type=int, default=None, help="requests per run (default: the config's)")
     p.add_argument("--out", default="results/ab", help="folder for ab.json, ab.md and the run store")
     _backend_args(p)
