@@ -206,8 +206,7 @@ class Engine:
                 if r.last_token_s == start:
                     step_gaps += 1
                 else:
-                    self.itl_values.append(gap)
-                    self.itl_counts.append(1)
+                    self._itl(gap, 1)
                 if gap > r.max_itl_s:
                     r.max_itl_s = gap
             r.last_token_s = now
@@ -216,9 +215,14 @@ class Engine:
             elif rep.role == "prefill":
                 self._hand_off(rep, r)
         if step_gaps:
-            self.itl_values.append(step)
-            self.itl_counts.append(step_gaps)
+            self._itl(step, step_gaps)
         return prefill, decode
+
+    def _itl(self, gap: float, tokens: int) -> None:
+        """Record ``tokens`` inter-token gaps of ``gap`` seconds (the ITL is stored weighted: the
+        tokens of a step whose previous token came at the step's start share one gap)."""
+        self.itl_values.append(gap)
+        self.itl_counts.append(tokens)
 
     def _finish(self, rep: Replica, r: Request, now: float) -> None:
         r.status = Status.FINISHED
@@ -319,15 +323,13 @@ class Engine:
             if r.last_token_s == start0:
                 same += 1
             else:
-                self.itl_values.append(gap)
-                self.itl_counts.append(1)
+                self._itl(gap, 1)
             r.max_itl_s = max(r.max_itl_s, gap, run_max)
             r.num_computed += k
             r.num_generated += k
             r.last_token_s = end
         if same:
-            self.itl_values.append(first_end - start0)
-            self.itl_counts.append(same)
+            self._itl(first_end - start0, same)
         if gaps:
             self.itl_values.extend(gaps)
             self.itl_counts.extend([len(reqs)] * len(gaps))
