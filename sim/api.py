@@ -75,6 +75,9 @@ def write_results(res: Results, out: Path, *, plots: bool = True) -> None:
     res.requests.to_parquet(out / "requests.parquet", index=False)
     if res.config.output.step_records:
         res.steps.to_parquet(out / "steps.parquet", index=False)
+    auto = res.summary.get("autoscale")
+    if auto:  # the fleet over time: replicas provisioned and serving, cumulative cost
+        pd.DataFrame(auto["series"]).to_parquet(out / "fleet.parquet", index=False)
     (out / "config.yaml").write_text(yaml.safe_dump(res.config.to_dict(), sort_keys=False))
     if plots:
         from sim.metrics.plots import plot_run

@@ -1,7 +1,7 @@
 """The typed, validated simulation config (DESIGN.md section 9).
 
 Sections: ``model``, ``hardware``, ``dtype``, ``parallelism``, ``cluster``, ``scheduler``, ``kv``,
-``workload``, ``slo``, ``cost``, ``output``, ``seed``. Every section rejects unknown keys, naming
+``workload``, ``slo``, ``cost``, ``engine``, ``faults``, ``output``, ``seed``. Every section rejects unknown keys, naming
 the dotted path and the closest valid key. ``--set a.b=c`` addresses the same keys. Loading
 does no I/O beyond reading the YAML file it is given.
 """
@@ -27,6 +27,26 @@ class Parallelism(_Strict):
     pp: int = Field(default=1, ge=1, le=64, description="pipeline stages")
 
 
+class Autoscale(_Strict):
+    """Queue-length autoscaling (``sim/cluster/autoscale.py``): every ``interval_s`` the fleet
+    is sized to ceil(outstanding requests / ``target_outstanding``) within [min, max]."""
+
+    enabled: bool = False
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(default=4, ge=1)
+    interval_s: float = Field(default=10.0, gt=0, description="seconds between two decisions")
+    target_outstanding: float = Field(default=16.0, gt=0, description=(
+        "waiting + running requests per serving replica the policy aims for"))
+    cold_start_s: float = Field(default=60.0, ge=0, description=(
+        "seconds from provisioning a replica until it serves (paid for meanwhile)"))
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) is below min_replicas ({self.min_replicas})")
+        return self
+
+
 class Cluster(_Strict):
     replicas: int = Field(default=1, ge=1, description="identical model replicas")
     router: str = "round_robin"
@@ -36,6 +56,7 @@ class Cluster(_Strict):
     kv_transfer_gbps: float | None = Field(default=None, gt=0, description=(
         "GB/s moving one request's KV cache from a prefill to a decode replica (default: the "
         "hardware's host link per direction, times the GPUs of a replica)"))
+    autoscale: Autoscale = Autoscale()
 
     @model_validator(mode="after")
     def _router(self):
@@ -46,6 +67,12 @@ class Cluster(_Strict):
         if self.prefill_replicas and self.prefill_replicas >= self.replicas:
             raise ValueError(f"prefill_replicas ({self.prefill_replicas}) must leave at least one of the "
                              f"{self.replicas} replicas for decoding")
+        a = self.autoscale
+        if a.enabled and not a.min_replicas <= self.replicas <= a.max_replicas:
+            raise ValueError(f"replicas ({self.replicas}) must lie within autoscale.min_replicas "
+                             f"({a.min_replicas}) and autoscale.max_replicas ({a.max_replicas})")
+        if a.enabled and self.prefill_replicas:
+            raise ValueError("autoscale does not support prefill/decode disaggregation (prefill_replicas > 0)")
         return self
 
 
@@ -119,6 +146,39 @@ class EngineSection(_Strict):
         "exact (same results as step by step), only faster"))
 
 
+class FaultEvent(_Strict):
+    """One scheduled fault (``sim/cluster/faults.py``; docs/faults.md)."""
+
+    kind: Literal["crash", "straggler", "degraded_link"]
+    at_s: float = Field(ge=0, description="simulated time the fault starts")
+    replica: int | None = Field(default=None, ge=0, description=(
+        "the replica hit (crash, straggler: required; degraded_link: null = every replica)"))
+    duration_s: float | None = Field(default=None, gt=0, description=(
+        "crash: seconds until the replica serves again (KV empty); straggler, degraded_link: how long it lasts"))
+    factor: float | None = Field(default=None, ge=1, description=(
+        "straggler: every step-time component x factor; degraded_link: communication and KV transfer x factor"))
+
+    @model_validator(mode="after")
+    def _kind(self):
+        if self.duration_s is None:
+            raise ValueError(f"a {self.kind} fault needs duration_s (crash: the restart delay)")
+        if self.kind != "degraded_link" and self.replica is None:
+            raise ValueError(f"a {self.kind} fault needs replica")
+        if self.kind == "crash" and self.factor is not None:
+            raise ValueError("a crash takes no factor")
+        if self.kind != "crash" and self.factor is None:
+            raise ValueError(f"a {self.kind} fault needs factor (>= 1)")
+        return self
+
+
+class Faults(_Strict):
+    """Faults scheduled in simulated time. ``on_crash``: what happens to the requests a crashed
+    replica held (``requeue``: routed again to a serving replica, KV recomputed; ``lose``: lost)."""
+
+    on_crash: Literal["requeue", "lose"] = "requeue"
+    events: list[FaultEvent] = Field(default_factory=list)
+
+
 class Output(_Strict):
     plots: bool = True
     progress: bool = True
@@ -139,8 +199,17 @@ class Config(_Strict):
     slo: SLO = SLO()
     cost: Cost = Cost()
     engine: EngineSection = EngineSection()
+    faults: Faults = Faults()
     output: Output = Output()
     seed: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _fault_replicas(self):
+        for i, ev in enumerate(self.faults.events):
+            if ev.replica is not None and ev.replica >= self.cluster.replicas:
+                raise ValueError(f"faults.events.{i}.replica: {ev.replica} is not one of the "
+                                 f"{self.cluster.replicas} replicas (0..{self.cluster.replicas - 1})")
+        return self
 
     @field_validator("model", "hardware")
     @classmethod

@@ -8,6 +8,7 @@ and ``complete_step``. Events are per step, never per token.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 from array import array
 from collections import deque
@@ -18,10 +19,12 @@ import simpy
 
 from sim.catalog import get_hardware, get_model
 from sim.cluster import ROUTERS, ReplicaLoad
+from sim.cluster.autoscale import FleetLog, decide
+from sim.cluster.faults import FaultLog, FaultSchedule, scale_columns, scale_step
 from sim.config import Config
 from sim.cost import make_cost_model
 from sim.cost.memory import plan_memory
-from sim.fastforward import VECTOR_RUN, BlockGrower, DecodeRun
+from sim.fastforward import VECTOR_RUN, BlockGrower, DecodeRun, run_prefix
 from sim.kv import KVManager, make_kv_manager
 from sim.metrics.steplog import StepLog
 from sim.request import Request, Status
@@ -49,6 +52,8 @@ class SimOutput:
     cost_params: dict
     out_of_range: int
     kv_blocks_per_replica: int
+    faults: dict | None = None  # summary.json's ``faults`` block (None without faults)
+    fleet: FleetLog | None = None  # provisioning record (autoscaling only)
 
 
 class Replica:
@@ -56,6 +61,11 @@ class Replica:
         self.idx, self.scheduler, self.kv, self.cost = idx, scheduler, kv, cost
         self.wake: simpy.Event | None = None
         self.role = "both"  # or "prefill" / "decode" under disaggregation
+        self.up = True  # serving (False while crashed, warming up or retired)
+        self.retired = False  # released by the autoscaler
+        self.proc = None  # its simpy process
+        self.lives = 0  # restarts and cold starts so far (seeds its next scheduler)
+        self.run: tuple | None = None  # (decode run, waiting at its start) while one is in flight
 
 
 class Engine:
@@ -75,12 +85,8 @@ class Engine:
             max_num_seqs=knobs.max_num_seqs, runtime_overhead_gib=cfg.kv.runtime_overhead_gib,
             num_gpu_blocks=cfg.kv.num_gpu_blocks)
         self.cost = make_cost_model(cfg, self.model, self.hw)
-        sched_cls = REGISTRY[cfg.scheduler.name]
-        self.replicas = []
-        for i in range(cfg.cluster.replicas):
-            kv = make_kv_manager(cfg.kv, self.mem.num_gpu_blocks, self.mem.block_bytes)
-            rng = np.random.default_rng([cfg.seed, 1, i])  # the policy's own stream (predictors)
-            self.replicas.append(Replica(i, sched_cls(knobs, kv, rng=rng, max_context=self.model.max_context), kv, self.cost))
+        self.sched_cls, self.knobs = REGISTRY[cfg.scheduler.name], knobs
+        self.replicas = [self._new_replica(i) for i in range(cfg.cluster.replicas)]
         # prefill/decode disaggregation: arrivals go to the prefill pool; after its first token a
         # request's KV moves to the least loaded decode replica
         npre = cfg.cluster.prefill_replicas
@@ -113,6 +119,25 @@ class Engine:
         self.arrivals_done = False
         self.done_events: dict[int, simpy.Event] = {}  # closed-loop clients wait on these
         self.progress = progress
+        # faults and autoscaling (sim/cluster/faults.py, autoscale.py): the pool changes over time
+        self.faults = FaultSchedule(cfg.faults.events)
+        self.fault_log = FaultLog(cfg.faults.on_crash)
+        auto = cfg.cluster.autoscale
+        self.fleet = FleetLog(gpus) if auto.enabled else None
+        self.dynamic = bool(self.faults.crashes) or auto.enabled
+        self.open = 0  # admitted requests not yet finished, rejected or lost
+        self.end_s: float | None = None  # when the last open request ended (dynamic runs)
+        self.parked: deque = deque()  # requests waiting for any replica to serve
+        if self.dynamic:  # crashes re-queue and restarts un-park requests: they end decode runs
+            self._changes = sorted({t for c in self.faults.crashes for t in (c.at_s, c.restart_s)})
+
+    def _new_replica(self, i: int, lives: int = 0) -> Replica:
+        """Replica ``i`` with an empty KV pool and a fresh scheduler (its ``lives``-th start)."""
+        cfg = self.cfg
+        kv = make_kv_manager(cfg.kv, self.mem.num_gpu_blocks, self.mem.block_bytes)
+        seed = [cfg.seed, 1, i] + ([lives] if lives else [])  # the policy's own stream (predictors)
+        sched = self.sched_cls(self.knobs, kv, rng=np.random.default_rng(seed), max_context=self.model.max_context)
+        return Replica(i, sched, kv, self.cost)
 
     # ------------------------------------------------------------------ state changes
     def admit(self, spec) -> None:
@@ -123,13 +148,21 @@ class Engine:
         req = Request(spec)
         self.requests.append(req)
         self.by_id[req.id] = req
+        self.open += 1
         if spec.prompt_tokens + spec.output_tokens > ctx:
             return self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} tokens exceed "
                                      f"{self.model.id}'s context of {ctx}")
-        pool = self.entry_pool
+        self._dispatch(req)
+
+    def _dispatch(self, req: Request) -> None:
+        """Route ``req`` to a serving entry replica (or park it until one serves)."""
+        pool = [r for r in self.entry_pool if r.up] if self.dynamic else self.entry_pool
+        if not pool:
+            self.parked.append(req)
+            return
         loads = [ReplicaLoad(len(r.scheduler.waiting), len(r.scheduler.running), r.kv.num_used / r.kv.num_blocks)
                  for r in pool] if self.cfg.cluster.router != "round_robin" else pool
-        rep = pool[self.route(spec, loads, self.route_state)]
+        rep = pool[self.route(req.spec, loads, self.route_state) % len(pool)]  # the pool may have shrunk
         req.replica = rep.idx
         reason = rep.scheduler.reject_reason(req)
         if reason:
@@ -141,9 +174,23 @@ class Engine:
     def _reject(self, req: Request, reason: str) -> None:
         req.status = Status.REJECTED
         req.reject_reason = reason
+        self._closed(req)
+
+    def _lose(self, req: Request, reason: str) -> None:
+        """A fault took ``req``: it ends unserved, with the reason (``code: detail``)."""
+        req.status = Status.LOST
+        req.reject_reason = reason
+        self.fault_log.lose(reason.split(":")[0])
+        self._closed(req)
+
+    def _closed(self, req: Request) -> None:
+        """``req`` reached a final state: tell its client; note when the last open one ends."""
         self._notify_done(req)
         if self.progress is not None:
             self.progress.update(1)
+        self.open -= 1
+        if not self.open and self.arrivals_done and self.dynamic:
+            self._drained()
 
     def _notify_done(self, req: Request) -> None:
         ev = self.done_events.pop(req.id, None)
@@ -232,6 +279,9 @@ class Engine:
             self._notify_done(r)
         if self.progress is not None:
             self.progress.update(1)
+        self.open -= 1
+        if not self.open and self.arrivals_done and self.dynamic:
+            self._drained()
 
     def _hand_off(self, rep: Replica, r: Request) -> None:
         """Disaggregation: ``r`` has its first token; its KV leaves the prefill replica and, after
@@ -240,12 +290,20 @@ class Engine:
         r.status = Status.WAITING
         self.in_flight += 1
         nbytes = r.num_computed * self.model.kv_bytes_per_token(self.cfg.kv.dtype or self.cfg.dtype)
-        self.env.process(self._transfer(r, nbytes / self.kv_transfer_bw))
+        seconds = nbytes / self.kv_transfer_bw
+        if self.faults:  # a degraded link moves the KV at 1/factor of the bandwidth
+            seconds *= self.faults.factors(rep.idx, self.env.now)[1]
+        self.env.process(self._transfer(r, seconds))
 
     def _transfer(self, r: Request, seconds: float):
         yield self.env.timeout(seconds)
         self.in_flight -= 1
-        dst = min(self.decode_pool, key=lambda d: (len(d.scheduler.waiting) + len(d.scheduler.running), d.idx))
+        pool = [d for d in self.decode_pool if d.up]
+        if not pool:  # every decode replica is down: prefill again from scratch
+            r.num_computed = 0
+            self.fault_log.requeued += 1
+            return self._dispatch(r)
+        dst = min(pool, key=lambda d: (len(d.scheduler.waiting) + len(d.scheduler.running), d.idx))
         r.replica = dst.idx
         dst.scheduler.add(r)
         done = self.arrivals_done and not self._upstream_busy(dst)
@@ -255,6 +313,8 @@ class Engine:
 
     def _upstream_busy(self, rep: Replica) -> bool:
         """Can work still reach ``rep`` from another replica (a decode replica's prefill pool)?"""
+        if self.dynamic and self.open:  # a crash may re-queue requests to any replica
+            return True
         if rep.role != "decode":
             return False
         return bool(self.in_flight) or any(p.scheduler.has_work() for p in self.entry_pool)
@@ -285,12 +345,17 @@ class Engine:
         kv_tokens = sum(r.num_computed for r in reqs) + n
         longest = max(r.num_computed for r in reqs) + 1
         arrival = self.next_arrival_for(rep)
+        compute = link = 1.0
+        if self.faults:  # a fault's start or end ends the run, as an arrival does
+            arrival = min(arrival, self.next_fault_change(rep, start))
+            compute, link = self.faults.factors(rep.idx, start)
         grower = BlockGrower(kv, reqs)
-        st = cost.decode_step(n, kv_tokens, longest)
+        st = scale_step(cost.decode_step(n, kv_tokens, longest), compute, link)
         # long runs: vectorised prices (when the cost model has them); short ones: step by step
         expect = horizon if arrival == float("inf") else min(horizon, int((arrival - start) / st.total) + 2)
         series = cost.decode_series(n, kv_tokens, longest, horizon) if expect >= VECTOR_RUN else None
         if series is not None:  # cut at the arrival, then at a block shortage
+            series = scale_columns(series, compute, link)
             times = np.cumsum(np.concatenate(([start], series["total"])))  # sequential, like simpy's clock
             late = np.flatnonzero(times[1:horizon] >= arrival)
             k_end = grower.grow_until(int(late[0]) + 1 if late.size else horizon)
@@ -302,7 +367,7 @@ class Engine:
             if t >= arrival or (heap[0][0] == k and grower.grow_until(k + 1) == k):
                 break
             times.append(t)
-            st = price(n, kv_tokens + k * n, longest + k)
+            st = scale_step(price(n, kv_tokens + k * n, longest + k), compute, link)
             sts.append(st)
             t += st.total
         times.append(t)
@@ -366,7 +431,7 @@ class Engine:
         up = self.upcoming
         if not up:
             return float("inf")
-        if len(self.replicas) == 1 or self.cfg.cluster.router != "round_robin":
+        if len(self.replicas) == 1 or self.cfg.cluster.router != "round_robin" or self.dynamic:
             return up[0].arrival_s
         n, ctx = len(self.replicas), self.model.max_context
         slot = self.route_state.get("next", 0)
@@ -377,6 +442,16 @@ class Engine:
                 return spec.arrival_s
             slot = (slot + 1) % n
         return up[-1].arrival_s  # beyond the read-ahead: not before the last one read
+
+    def next_fault_change(self, rep: Replica, t: float) -> float:
+        """The first time after ``t`` at which a fault changes ``rep``'s step prices or can
+        send it requests (a crash re-queues, a restart un-parks)."""
+        edge = self.faults.next_edge(rep.idx, t)
+        if self.dynamic:
+            i = bisect.bisect_right(self._changes, t)
+            if i < len(self._changes):
+                edge = min(edge, self._changes[i])
+        return edge
 
     def _client(self, c: int, budget: list[int]):
         """One closed-loop client: think, send, wait for the response, repeat while the shared
@@ -409,12 +484,130 @@ class Engine:
 
     def _arrivals_finished(self):
         self.arrivals_done = True
+        if self.dynamic and not self.open:
+            self.end_s = self.env.now
         for rep in self.replicas:
             if rep.wake is not None and not rep.wake.triggered:
                 rep.wake.succeed()
 
+    def _drained(self) -> None:
+        """The last open request ended after the last arrival: replicas may stop."""
+        self.end_s = self.env.now
+        for rep in self.replicas:
+            if rep.wake is not None and not rep.wake.triggered:
+                rep.wake.succeed()
+
+    # ------------------------------------------------------------------ faults and autoscaling
+    def crash(self, rep: Replica, now: float) -> bool:
+        """Replica ``rep`` fails at ``now``: its step in progress is discarded and the requests it
+        held are re-queued through the router or lost (``faults.on_crash``); False if it was not
+        serving (already down or retired)."""
+        if not rep.up:
+            self.fault_log.skipped += 1
+            return False
+        rep.up = False
+        self.fault_log.applied.append((now, "crash", rep.idx))
+        if rep.run is not None:  # a decode run in flight: the steps that ended before the crash count
+            run, waiting = rep.run
+            rep.run = None
+            k = bisect.bisect_right(run.times, now) - 1
+            if k > 0:
+                part = run_prefix(run, k)
+                self.complete_run(rep, part)
+                self.steps.add_run(rep.idx, part, waiting, waiting, part.used[-1])
+        if rep.proc is not None and rep.proc.is_alive:
+            rep.proc.interrupt("crash")
+        rep.wake = None
+        held = list(rep.scheduler.running) + list(rep.scheduler.waiting)
+        rep.scheduler.running.clear()
+        rep.scheduler.waiting.clear()
+        self._record_fleet(now)
+        for r in held:
+            r.num_computed = 0  # the KV died with the replica; emitted tokens stay emitted
+            r.status = Status.WAITING
+            if self.cfg.faults.on_crash == "lose":
+                self._lose(r, f"replica_crash: replica {rep.idx} failed at {now:g} s")
+            else:
+                self.fault_log.requeued += 1
+                self._dispatch(r)
+        return True
+
+    def restart(self, rep: Replica, now: float, event: str = "restart") -> None:
+        """``rep`` serves again (after a crash or a cold start) with an empty KV pool and a fresh
+        scheduler; requests parked while no replica served are dispatched."""
+        fresh = self._new_replica(rep.idx, rep.lives + 1)
+        rep.scheduler, rep.kv, rep.lives, rep.up = fresh.scheduler, fresh.kv, rep.lives + 1, True
+        if event == "restart":
+            self.fault_log.applied.append((now, event, rep.idx))
+        rep.proc = self.env.process(self._replica(rep))
+        self._record_fleet(now)
+        parked, self.parked = self.parked, deque()
+        for r in parked:
+            self._dispatch(r)
+
+    def _faults(self):
+        """Apply the scheduled crashes and restarts at their times."""
+        env = self.env
+        todo = [(c.at_s, 1, c.replica, c.restart_s) for c in self.faults.crashes]
+        heapq.heapify(todo)
+        while todo:
+            t, kind, idx, restart_s = heapq.heappop(todo)
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            if self.end_s is not None:
+                return
+            rep = self.replicas[idx]
+            if kind == 1:
+                if self.crash(rep, env.now):
+                    heapq.heappush(todo, (restart_s, 0, idx, restart_s))
+            elif not rep.retired:
+                self.restart(rep, env.now)
+
+    def _autoscale(self):
+        """Every ``interval_s``: size the fleet (sim/cluster/autoscale.py); new replicas serve
+        after the cold start; idle ones are released."""
+        env, a = self.env, self.cfg.cluster.autoscale
+        while True:
+            yield env.timeout(a.interval_s)
+            if self.end_s is not None:
+                return
+            live = [r for r in self.replicas if not r.retired]
+            outstanding = self.open
+            idle = [r.idx for r in live if r.up and not r.scheduler.has_work()]
+            add, remove = decide(outstanding, len(live), idle, a)
+            for idx in remove:
+                rep = self.replicas[idx]
+                rep.retired, rep.up = True, False
+                self.fleet.released[idx] = env.now
+                if rep.proc is not None and rep.proc.is_alive:
+                    rep.proc.interrupt("retired")
+            for _ in range(add):
+                rep = self._new_replica(len(self.replicas))
+                rep.up = False
+                self.replicas.append(rep)  # also the entry pool: autoscaling excludes disaggregation
+                self.fleet.provisioned[rep.idx] = env.now
+                env.process(self._cold_start(rep, a.cold_start_s))
+            if add or remove:
+                self._record_fleet(env.now)
+
+    def _cold_start(self, rep: Replica, seconds: float):
+        yield self.env.timeout(seconds)
+        if self.end_s is None:
+            self.restart(rep, self.env.now, event="cold_start")
+
+    def _record_fleet(self, now: float) -> None:
+        if self.fleet is not None:
+            live = [r for r in self.replicas if not r.retired]
+            self.fleet.record(now, len(live), sum(r.up for r in live))
+
     def _replica(self, rep: Replica):
-        env, sched, cost, log = self.env, rep.scheduler, rep.cost, self.steps
+        try:
+            yield from self._serve(rep)
+        except simpy.Interrupt:  # a crash or a release: the step in progress is discarded
+            return
+
+    def _serve(self, rep: Replica):
+        env, sched, cost, log, faults = self.env, rep.scheduler, rep.cost, self.steps, self.faults
         while True:
             plan = sched.schedule(env.now)
             if plan.empty:
@@ -432,11 +625,15 @@ class Engine:
             if self.fast_forward and self._steady_decode(rep, plan):
                 run = self.decode_run(rep, plan, start)
                 waiting = len(sched.waiting)  # arrivals can land only in the run's last step
+                rep.run = (run, waiting)
                 yield _At(env, run.times[-1])
+                rep.run = None
                 self.complete_run(rep, run)
                 log.add_run(rep.idx, run, waiting, len(sched.waiting), rep.kv.num_used)
                 continue
             st = cost.step_time(shape)
+            if faults:
+                st = scale_step(st, *faults.factors(rep.idx, start))
             if self.plans is not None:
                 self.plans.append((rep.idx, start, tuple(plan.num_new_tokens), shape))
             yield env.timeout(st.total)
@@ -447,17 +644,30 @@ class Engine:
     def run(self) -> SimOutput:
         self.env.process(self._clients() if self.cfg.workload.closed_loop else self._arrivals())
         for rep in self.replicas:
-            self.env.process(self._replica(rep))
+            rep.proc = self.env.process(self._replica(rep))
+        if self.faults.crashes:
+            self.env.process(self._faults())
+        if self.fleet is not None:
+            self.fleet.provisioned.update((r.idx, 0.0) for r in self.replicas)
+            self._record_fleet(0.0)
+            self.env.process(self._autoscale())
         self.env.run()
-        oor = self.cost.out_of_range_total()
         cfg = self.cfg
+        end = self.env.now if self.end_s is None else self.end_s  # timers past the last request do not count
+        for r in self.parked:  # only when no replica ever served again
+            self._lose(r, "no_replica: no replica served after it was parked")
+        self.parked.clear()
+        faults = None
+        if cfg.faults.events:
+            faults = self.fault_log.summary(self.faults, end)
+        oor = self.cost.out_of_range_total()
         return SimOutput(
             config=cfg, requests=self.requests, steps=self.steps, itl_values=self.itl_values,
             itl_counts=self.itl_counts, memory=self.mem.as_dict(),
-            num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=self.env.now,
+            num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=end,
             workload_info=dict(self.workload.info), cost_source=self.cost.source,
             cost_params={"source": self.cost.params_source, **self.cost.p.as_dict()}, out_of_range=oor,
-            kv_blocks_per_replica=self.mem.num_gpu_blocks)
+            kv_blocks_per_replica=self.mem.num_gpu_blocks, faults=faults, fleet=self.fleet)
 
 
 class _At(simpy.events.Timeout):

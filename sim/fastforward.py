@@ -64,3 +64,9 @@ class BlockGrower:
         for k, u in self.changes:
             out[k:] = [u] * (steps - k)
         return out
+
+
+def run_prefix(run: DecodeRun, k: int) -> DecodeRun:
+    """The first ``k`` steps of ``run`` (the steps a crash let finish)."""
+    return DecodeRun(run.reqs, run.times[: k + 1], {c: v[:k] for c, v in run.columns.items()}, run.used[:k],
+                     run.source, k)

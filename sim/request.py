@@ -18,6 +18,7 @@ class Status(str, Enum):
     SWAPPED = "swapped"
     FINISHED = "finished"
     REJECTED = "rejected"
+    LOST = "lost"  # taken by a fault (a crashed replica under ``faults.on_crash: lose``)
 
 
 class Request:

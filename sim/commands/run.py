@@ -48,5 +48,5 @@ def run(args) -> int:
                    plots=False if args.no_plots else None, progress=False if args.quiet else None)
     if not args.quiet:
         print_summary(res.summary, res.config)
-        print(f"results written to {args.out}/ (summary.json, requests.parquet, steps.parquet, config.yaml, plots/)")
+        print(f"results written to {args.out}/ (summary.json, requests.parquet, steps.parquet, config.yaml, plots/; fleet.parquet with autoscaling)")
     return 0

@@ -14,6 +14,14 @@ def print_summary(s: dict, cfg) -> None:
           f"cost model {s['sim']['cost_model']}")
     print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected, "
           f"{r['preemptions']:,} preemptions")
+    f = s.get("faults")
+    if f:
+        kinds = ", ".join(f"{v} {k}" for k, v in f["by_kind"].items()) or "none reached"
+        print(f"faults: {kinds} | {f['requeued']:,} re-queued, {f['lost']:,} lost ({f['on_crash']} on crash)")
+    a = s.get("autoscale")
+    if a:
+        print(f"autoscale: {a['replicas_started']} replicas started, peak {a['peak_provisioned']} provisioned, "
+              f"{a['gpu_hours']:.3f} GPU-hours while provisioned")
     print(f"{'metric (ms)':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
     for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"), ("queue_s", "queue")):
         d = s[key]

@@ -8,7 +8,11 @@
 - Goodput = requests per second that met every SLO (TTFT <= ttft_s and TPOT <= tpot_s, per SLO
   class when classes are configured); ``slo_attainment`` = those requests / all arrived requests
   (a rejected request misses its SLO).
-- Cost = GPU-hours over the makespan x $/GPU-hour; $ per million output tokens.
+- Cost = GPU-hours over the makespan x $/GPU-hour; $ per million output tokens. With
+  autoscaling, GPU-hours count each replica only while provisioned (cold start included), from
+  t = 0 to the end of the run, and the ``autoscale`` block gives them over time.
+- Requests: arrived = completed + rejected + lost + unfinished (lost: taken by a fault, with the
+  reason; unfinished is 0 at the end of every run).
 """
 from __future__ import annotations
 
@@ -111,23 +115,36 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
     met_mask = slo_met(req, cfg.slo)
     met = int(met_mask.sum())
     price, price_src = price_of(cfg)
-    gpu_hours = out.num_gpus * makespan / 3600.0
+    fleet = getattr(out, "fleet", None)
+    # a fixed fleet is paid for over the makespan; an autoscaled one while each replica is provisioned
+    gpu_hours = out.num_gpus * makespan / 3600.0 if fleet is None else fleet.gpu_hours(out.simulated_s)
     usd = None if price is None else gpu_hours * price
     rejected = req[req["status"] == "rejected"]
     reasons: dict[str, int] = {}
     for r in rejected["reject_reason"]:
         key = r.split(":")[0] if r else "unknown"
         reasons[key] = reasons.get(key, 0) + 1
+    lost = req[req["status"] == "lost"]
+    lost_reasons: dict[str, int] = {}
+    for r in lost["reject_reason"]:
+        key = r.split(":")[0] if r else "unknown"
+        lost_reasons[key] = lost_reasons.get(key, 0) + 1
     log = out.steps  # running totals: present with or without per-step rows
     sources = dict(log.sources)
+    extra = {}
+    if getattr(out, "faults", None) is not None:
+        extra["faults"] = out.faults
+    if fleet is not None:
+        extra["autoscale"] = autoscale_block(fleet, out.simulated_s, price)
     return {
         "requests": {
             "arrived": arrived,
             "completed": int(len(done)),
             "rejected": int(len(rejected)),
-            "unfinished": int(arrived - len(done) - len(rejected)),
+            "unfinished": int(arrived - len(done) - len(rejected) - len(lost)),
             "preemptions": int(req["preemptions"].sum()),
             "reject_reasons": dict(sorted(reasons.items())),
+            **({"lost": int(len(lost)), "lost_reasons": dict(sorted(lost_reasons.items()))} if len(lost) or extra else {}),
         },
         "ttft_s": dist(done["ttft_s"]),
         "tpot_s": dist(done["tpot_s"]),
@@ -166,7 +183,17 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "steps_by_cost_source": {str(k): int(v) for k, v in sorted(sources.items())},
             "out_of_range_queries": int(out.out_of_range),
         },
+        **extra,
     }
+
+
+def autoscale_block(fleet, end_s: float, price: float | None) -> dict:
+    """Replica count and cost over time: one point per fleet change, then the end of the run."""
+    rows = fleet.frame_rows(end_s)
+    return {"gpu_hours": fleet.gpu_hours(end_s), "usd": None if price is None else fleet.gpu_hours(end_s) * price,
+            "peak_provisioned": max(p for _, p, _, _ in rows), "replicas_started": len(fleet.provisioned),
+            "series": [{"t_s": t, "provisioned": p, "serving": s, "gpu_hours": g,
+                        "usd": None if price is None else g * price} for t, p, s, g in rows]}
 
 
 def prefix_cache(cfg, req: pd.DataFrame) -> dict:
