@@ -23,3 +23,11 @@ def test_example_config_loads_and_matches_defaults_where_it_says_so():
     default = load_config()
     assert cfg.kv == default.kv and cfg.slo == default.slo and cfg.engine == default.engine
     assert cfg.workload.prompt == default.workload.prompt and cfg.workload.output == default.workload.output
+
+
+def test_faults_example_output_matches_golden_and_draws_its_figures(tmp_path):
+    out = subprocess.run([sys.executable, str(EXP / "faults.py"), "--out", str(tmp_path)], capture_output=True,
+                         text=True, check=True).stdout
+    assert out == (EXP / "faults.expected.txt").read_text()
+    for stem in ("faults_latency", "faults_autoscale"):
+        assert (tmp_path / f"{stem}.png").stat().st_size > 10_000 and (tmp_path / f"{stem}.svg").exists()
