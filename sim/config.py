@@ -266,7 +266,7 @@ def _format_error(err: ValidationError, data: dict) -> str:
             lines.append(f"unknown config key {path}{hint}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
-            lines.append(f"{path}: {msg}")
+            lines.append(f"{path}: {msg}" if loc else msg)  # a cross-section check names its own keys
     return "invalid config: " + "; ".join(lines)
 
 

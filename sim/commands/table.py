@@ -13,7 +13,7 @@ def print_summary(s: dict, cfg) -> None:
           f"(tp={cfg.parallelism.tp}, pp={cfg.parallelism.pp}) | scheduler {cfg.scheduler.name} | "
           f"cost model {s['sim']['cost_model']}")
     print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected, "
-          f"{r['preemptions']:,} preemptions")
+          f"{r['preemptions']:,} preemptions" + (f", {r['lost']:,} lost" if r.get("lost") else ""))
     f = s.get("faults")
     if f:
         kinds = ", ".join(f"{v} {k}" for k, v in f["by_kind"].items()) or "none reached"
