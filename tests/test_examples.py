@@ -1,4 +1,5 @@
 """Runnable examples double as golden tests: their printed output is kept beside them."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -6,11 +7,12 @@ from pathlib import Path
 import pytest
 
 EXP = Path(__file__).resolve().parents[1] / "experiments"
+ENV = {**os.environ, "PYTHONPATH": str(EXP.parent)}  # this checkout's sim, not another install's
 
 
 @pytest.mark.parametrize("script", ["quickstart.py"])
 def test_example_output_matches_golden(script):
-    out = subprocess.run([sys.executable, str(EXP / script)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, str(EXP / script)], capture_output=True, text=True, check=True, env=ENV).stdout
     expected = (EXP / script.replace(".py", ".expected.txt")).read_text()
     assert out == expected
 
@@ -27,7 +29,7 @@ def test_example_config_loads_and_matches_defaults_where_it_says_so():
 
 def test_faults_example_output_matches_golden_and_draws_its_figures(tmp_path):
     out = subprocess.run([sys.executable, str(EXP / "faults.py"), "--out", str(tmp_path)], capture_output=True,
-                         text=True, check=True).stdout
+                         text=True, check=True, env=ENV).stdout
     assert out == (EXP / "faults.expected.txt").read_text()
     for stem in ("faults_latency", "faults_autoscale"):
         assert (tmp_path / f"{stem}.png").stat().st_size > 10_000 and (tmp_path / f"{stem}.svg").exists()
