@@ -204,6 +204,15 @@ class Config(_Strict):
     seed: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
+    def _trace_format(self):
+        from sim.workload.traces import FORMATS
+
+        tc = self.workload.trace
+        if tc is not None and tc.format != "auto" and tc.format not in FORMATS:
+            raise ValueError("workload.trace.format: " + _unknown("trace format", tc.format, ["auto", *FORMATS]))
+        return self
+
+    @model_validator(mode="after")
     def _fault_replicas(self):
         for i, ev in enumerate(self.faults.events):
             if ev.replica is not None and ev.replica >= self.cluster.replicas:

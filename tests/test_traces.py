@@ -267,3 +267,62 @@ def test_azure_code_and_mooncake_published_figures():
     r = read(shared("mooncake_conversation_trace.jsonl"))
     assert len(r) == 12031 and round(np.mean([x.prompt_tokens for x in r])) == 12035
     assert all(len(x.block_hashes) == -(-x.prompt_tokens // 512) for x in r)
+
+
+def test_workload_modules_import_one_way_and_at_the_top():
+    """No function-local imports between sim.workload modules, and no cycle among them."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "sim" / "workload"
+    graph = {}
+    for f in root.glob("*.py"):
+        tree = ast.parse(f.read_text())
+        top = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sim.workload."):
+                assert node in tree.body, f"{f.name}: function-local import of {node.module}"
+                top.add(node.module.rsplit(".", 1)[1])
+        graph[f.stem] = top
+    seen, done = set(), set()
+
+    def visit(m, path):
+        assert m not in seen or m in done, f"import cycle: {' -> '.join(path + [m])}"
+        if m in done:
+            return
+        seen.add(m)
+        for n in graph.get(m, ()):
+            visit(n, path + [m])
+        done.add(m)
+
+    for m in graph:
+        visit(m, [])
+
+
+def test_a_new_trace_format_is_one_table_entry(tmp_path, monkeypatch):
+    from sim.workload import traces
+
+    def read_tsv(f, cfg, info, bad, rng):
+        next(f)
+        for line, s in enumerate(f, 2):
+            info["rows"] += 1
+            t, p, o = s.split("\t")
+            yield float(t), line, int(p), int(o), None
+
+    fmt = traces.TraceFormat("tsv", "TSV", ("csv",), ("t\tp\to",), read_tsv)
+    monkeypatch.setitem(traces.FORMATS, "tsv", fmt)
+    path = write(tmp_path, "x.tsv", "t\tp\to\n0.5\t10\t3\n1.5\t20\t4\n")
+    assert detect_format(path) == "tsv"
+    reqs = list(build_workload(WorkloadConfig(trace=TraceConfig(path=str(path))), max_context=10_000,
+                               rng=np.random.default_rng(0)))
+    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in reqs] == [(0.0, 10, 3), (1.0, 20, 4)]
+
+
+def test_unknown_trace_format_is_one_clear_error(tmp_path):
+    from sim.config import load_config
+    from sim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"workload.trace.format: unknown trace format 'azur'; did you mean azure"):
+        load_config({"workload": {"trace": {"path": "x.csv", "format": "azur"}}})
+    cfg = WorkloadConfig(trace=TraceConfig(path=str(write(tmp_path, "a.csv", AZURE)), format="nope"))
+    with pytest.raises(TraceError, match="unknown trace format 'nope' .known: auto, azure, burstgpt"):
+        list(build_workload(cfg, max_context=10_000, rng=np.random.default_rng(0)))

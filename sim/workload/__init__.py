@@ -17,6 +17,7 @@ import numpy as np
 from sim.types import RequestSpec
 from sim.workload.config import LengthDist, TraceConfig, WorkloadConfig
 from sim.workload.synthetic import synthetic_requests
+from sim.workload.traces import read_trace_requests
 
 __all__ = ["Workload", "WorkloadConfig", "LengthDist", "TraceConfig", "build_workload"]
 
@@ -44,8 +45,6 @@ def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Gene
         info.update(clipped=0, skipped_bad_rows=0)
         own = copy.deepcopy(seed)
         if cfg.trace is not None:
-            from sim.workload.traces import read_trace_requests
-
             return _clip(read_trace_requests(cfg, info, own), cfg, max_context, info)
         return _clip(synthetic_requests(cfg, own, info), cfg, max_context, info)
 

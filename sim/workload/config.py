@@ -118,7 +118,8 @@ class TraceConfig(_Strict):
     """
 
     path: str
-    format: Literal["auto", "azure", "generic", "mooncake", "burstgpt", "sharegpt"] = "auto"
+    format: str = Field(default="auto", description=(
+        "auto (detect) or a name of sim.workload.traces.FORMATS; checked by the top-level config"))
     rate_scale: float = Field(default=1.0, gt=0, description="replay this many times faster")
     rate: float | None = Field(default=None, gt=0, description="rescale to this mean request rate")
     window_start_s: float | None = Field(default=None, ge=0)

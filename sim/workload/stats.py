@@ -14,24 +14,13 @@ from pathlib import Path
 import numpy as np
 
 from sim.workload.config import TraceConfig, WorkloadConfig
+from sim.workload.traces import read_trace_requests, trace_lengths  # noqa: F401  (trace_lengths: re-exported)
 
 
 def _reader(path: str, fmt: str):
-    from sim.workload.traces import read_trace_requests
-
     info: dict = {}
     cfg = WorkloadConfig(trace=TraceConfig(path=str(path), format=fmt))
     return read_trace_requests(cfg, info, np.random.default_rng(0)), info
-
-
-def trace_lengths(path: str, fmt: str = "auto") -> tuple[np.ndarray, np.ndarray]:
-    """(prompt lengths, output lengths) of every request of a trace, as int32 arrays."""
-    reqs, _ = _reader(path, fmt)
-    p, o = array("i"), array("i")
-    for r in reqs:
-        p.append(r.prompt_tokens)
-        o.append(r.output_tokens)
-    return np.frombuffer(p, dtype=np.int32), np.frombuffer(o, dtype=np.int32)
 
 
 def _dist(x: np.ndarray) -> dict:

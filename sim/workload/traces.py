@@ -1,6 +1,7 @@
 """Streaming readers for public request-trace formats, exactly as published.
 
-Formats (``trace.format``; ``auto`` detects it from the CSV header or the first JSON keys):
+Formats (``trace.format``; ``auto`` detects it from the CSV header or the first JSON keys), one
+entry each of the table ``FORMATS`` at the end of this module (a name, a detector and a reader):
 
 - ``azure``: Azure LLM inference 2023 / 2024 CSV ``TIMESTAMP,ContextTokens,GeneratedTokens``;
   ``TIMESTAMP`` is a wall-clock string such as ``2023-11-16 18:17:03.9799600`` (any number of
@@ -45,12 +46,14 @@ from __future__ import annotations
 
 import copy
 import csv
+from array import array
 import gzip
 import heapq
 import json
 import math
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -60,7 +63,7 @@ from sim.errors import TraceError
 from sim.types import RequestSpec
 from sim.workload.config import SessionConfig, TraceConfig, WorkloadConfig
 from sim.workload.prefix import HASH_BLOCK_TOKENS, HashChain, own_key
-from sim.workload.synthetic import _Draws, arrival_times, in_time_order
+from sim.workload.arrivals import Draws, arrival_times, in_time_order
 
 MOONCAKE_BLOCK_TOKENS = 512
 CHARS_PER_TOKEN = 4
@@ -108,7 +111,7 @@ def _selected(cfg: WorkloadConfig, info: dict, rng: np.random.Generator) -> Iter
         info.setdefault(k, 0)
     ws, we = tc.window_start_s or 0.0, tc.window_end_s
     frac = tc.sample_fraction
-    u = _Draws(rng.random) if frac is not None and frac < 1 else None
+    u = Draws(rng.random) if frac is not None and frac < 1 else None
     t0, n = None, 0
     for t, line, p, o, extra in _ordered(raw_rows(cfg, info, rng), tc, info):
         if t0 is None:
@@ -180,19 +183,48 @@ def open_text(path: str):
     return open(p, encoding="utf-8-sig", newline="")
 
 
-def detect_format(path: str) -> str:
-    """The trace format, from the CSV header or the first JSON object's keys."""
+@dataclass(frozen=True)
+class Head:
+    """What format detection sees: the file's shape (``list`` for a JSON list, ``object`` for
+    JSON lines, ``csv``) and the keys of its first object or the columns of its header."""
+
+    kind: str
+    keys: frozenset
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """One trace format: ``read(f, cfg, info, bad, rng)`` yields its rows (time s, line, prompt,
+    output, extra fields) in file order. A file is in this format when its shape is one of
+    ``shapes`` and its keys include ``columns`` (or when ``detect(head)`` says so, if given);
+    ``title`` and ``columns`` also name it in error messages."""
+
+    name: str
+    title: str
+    shapes: tuple[str, ...]
+    columns: tuple[str, ...]
+    read: Callable
+    detect: Callable[[Head], bool] | None = None
+
+    def accepts(self, head: Head) -> bool:
+        if self.detect is not None:
+            return self.detect(head)
+        return head.kind in self.shapes and set(self.columns) <= head.keys
+
+
+def _head(path: str) -> tuple[Head, int, str]:
+    """(head, its physical line, the line's text) of a trace file."""
     with open_text(path) as f:
-        head = f.read(4096)
-        while head.isspace():
+        text = f.read(4096)
+        while text.isspace():
             more = f.read(4096)
             if not more:
                 break
-            head += more
-    if not head.strip():
+            text += more
+    if not text.strip():
         raise TraceError(f"{path}: the file is empty")
-    if head.lstrip()[0] == "[":
-        return "sharegpt"
+    if text.lstrip()[0] == "[":
+        return Head("list", frozenset()), 1, "["
     with open_text(path) as f:
         for line_no, s in enumerate(f, 1):
             if s.strip():
@@ -200,45 +232,43 @@ def detect_format(path: str) -> str:
     s = s.strip()
     if s.startswith("{"):
         try:
-            keys = set(json.loads(s))
+            keys = json.loads(s)
         except (ValueError, TypeError):
             raise TraceError(f"{path}, line {line_no}: not a JSON object") from None
-        for fmt, need in (("sharegpt", {"conversations"}), ("mooncake", {"timestamp", "input_length", "output_length"}),
-                          ("generic", {"arrival_s", "prompt_tokens", "output_tokens"})):
-            if need <= keys:
-                return fmt
-        raise TraceError(f"{path}, line {line_no}: unrecognised JSON keys {sorted(keys)}; expected Mooncake "
-                         "(timestamp, input_length, output_length), ShareGPT (conversations) or generic "
-                         "(arrival_s, prompt_tokens, output_tokens)")
-    cols = {c.strip() for c in next(csv.reader([s]))}
-    for fmt, need in (("azure", {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}),
-                      ("burstgpt", {"Timestamp", "Request tokens", "Response tokens"}),
-                      ("generic", {"arrival_s", "prompt_tokens", "output_tokens"})):
-        if need <= cols:
-            return fmt
-    raise TraceError(f"{path}, line {line_no}: unrecognised header {s[:120]!r}; expected Azure (TIMESTAMP, "
-                     "ContextTokens, GeneratedTokens), BurstGPT (Timestamp, Request tokens, Response tokens) or "
-                     "generic (arrival_s, prompt_tokens, output_tokens)")
+        return Head("object", frozenset(keys)), line_no, s
+    return Head("csv", frozenset(c.strip() for c in next(csv.reader([s])))), line_no, s
+
+
+def detect_format(path: str) -> str:
+    """The trace format, from the CSV header or the first JSON object's keys: the first entry of
+    ``FORMATS`` whose detector accepts the file."""
+    head, line_no, s = _head(path)
+    for fmt in FORMATS.values():
+        if fmt.accepts(head):
+            return fmt.name
+    known = " or ".join(f"{f.title} ({', '.join(f.columns)})" for f in FORMATS.values() if head.kind in f.shapes)
+    what = f"JSON keys {sorted(head.keys)}" if head.kind == "object" else f"header {s[:120]!r}"
+    raise TraceError(f"{path}, line {line_no}: unrecognised {what}; expected {known}")
+
+
+def trace_format(name: str) -> TraceFormat:
+    """The table entry of ``name``; an unknown name is a TraceError listing the known ones."""
+    if name not in FORMATS:
+        raise TraceError(f"unknown trace format {name!r} (known: auto, {', '.join(sorted(FORMATS))})")
+    return FORMATS[name]
 
 
 def raw_rows(cfg: WorkloadConfig, info: dict, rng: np.random.Generator) -> Iterator[Row]:
     """Rows in file order (ShareGPT: in synthesized time order), absolute times in seconds."""
     tc = cfg.trace
-    fmt = detect_format(tc.path) if tc.format == "auto" else tc.format
-    info["format"], info["source"] = fmt, f"{fmt} trace {tc.path}"
+    fmt = trace_format(detect_format(tc.path) if tc.format == "auto" else tc.format)
+    info["format"], info["source"] = fmt.name, f"{fmt.name} trace {tc.path}"
 
     def bad(line: int, msg: str) -> None:
         _bad_row(tc, info, line, msg)
 
     with open_text(tc.path) as f:
-        if fmt == "sharegpt":
-            yield from _sharegpt(f, cfg, info, bad, rng)
-        elif fmt == "mooncake":
-            yield from _jsonl(f, info, bad, _mooncake)
-        elif fmt == "generic" and _first_char(f) == "{":
-            yield from _jsonl(f, info, bad, _generic_obj)
-        else:
-            yield from _csv(f, tc, info, bad, {"azure": _azure, "burstgpt": _burstgpt, "generic": _generic_csv}[fmt])
+        yield from fmt.read(f, cfg, info, bad, rng)
 
 
 def _first_char(f) -> str:
@@ -355,20 +385,14 @@ def _generic_csv(col: dict, tc: TraceConfig, info: dict) -> Callable:
     return parse
 
 
-_REQUIRED = {"azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
-             "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
-             "generic": ("arrival_s", "prompt_tokens", "output_tokens")}
-
-
-def _csv(f, tc: TraceConfig, info: dict, bad: Callable, maker: Callable) -> Iterator[Row]:
+def _csv(f, tc: TraceConfig, info: dict, bad: Callable, maker: Callable, fmt: str) -> Iterator[Row]:
     reader = csv.reader(f)
     try:
         header = next(reader)
     except StopIteration:
         raise TraceError(f"{tc.path}: the file is empty") from None
     col = {name.strip(): i for i, name in enumerate(header)}
-    fmt = maker.__name__.strip("_").replace("_csv", "")
-    missing = [c for c in _REQUIRED[fmt] if c not in col]
+    missing = [c for c in FORMATS[fmt].columns if c not in col]
     if missing:
         raise TraceError(f"{tc.path}, line 1: the header lacks column(s) {', '.join(missing)} of the {fmt} format")
     parse, width = maker(col, tc, info), len(header)
@@ -552,7 +576,7 @@ def _conversation(obj, info: dict) -> list[tuple[int, int]]:
 
 def _sharegpt(f, cfg: WorkloadConfig, info: dict, bad: Callable, rng: np.random.Generator) -> Iterator[Row]:
     ses = cfg.sessions or SessionConfig()
-    think = _Draws(lambda n: rng.exponential(ses.think_time_s, n))
+    think = Draws(lambda n: rng.exponential(ses.think_time_s, n))
     starts = arrival_times(cfg, rng)
 
     def plans():
@@ -579,3 +603,33 @@ def _sharegpt(f, cfg: WorkloadConfig, info: dict, bad: Callable, rng: np.random.
 
     for t, _, _, (line, p, o, extra) in in_time_order(plans()):
         yield t, line, p, o, extra
+
+
+def trace_lengths(path: str, fmt: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+    """(prompt lengths, output lengths) of every request of a trace, as int32 arrays."""
+    p, o = array("i"), array("i")
+    for r in read_trace_requests(WorkloadConfig(trace=TraceConfig(path=str(path), format=fmt)), {}, np.random.default_rng(0)):
+        p.append(r.prompt_tokens)
+        o.append(r.output_tokens)
+    return np.frombuffer(p, dtype=np.int32), np.frombuffer(o, dtype=np.int32)
+
+
+# ---- the table: a new format is one entry (detection tries them in this order) ------------
+
+def _read_generic(f, cfg, info, bad, rng):
+    if _first_char(f) == "{":
+        return _jsonl(f, info, bad, _generic_obj)
+    return _csv(f, cfg.trace, info, bad, _generic_csv, "generic")
+
+
+FORMATS: dict[str, TraceFormat] = {t.name: t for t in (
+    TraceFormat("sharegpt", "ShareGPT", ("list", "object"), ("conversations",), _sharegpt,
+                detect=lambda h: h.kind == "list" or (h.kind == "object" and "conversations" in h.keys)),
+    TraceFormat("mooncake", "Mooncake", ("object",), ("timestamp", "input_length", "output_length"),
+                lambda f, cfg, info, bad, rng: _jsonl(f, info, bad, _mooncake)),
+    TraceFormat("azure", "Azure", ("csv",), ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+                lambda f, cfg, info, bad, rng: _csv(f, cfg.trace, info, bad, _azure, "azure")),
+    TraceFormat("burstgpt", "BurstGPT", ("csv",), ("Timestamp", "Request tokens", "Response tokens"),
+                lambda f, cfg, info, bad, rng: _csv(f, cfg.trace, info, bad, _burstgpt, "burstgpt")),
+    TraceFormat("generic", "generic", ("object", "csv"), ("arrival_s", "prompt_tokens", "output_tokens"), _read_generic),
+)}
