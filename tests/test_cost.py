@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import pytest
 
 from sim.catalog import get_hardware, get_model
@@ -70,3 +73,19 @@ def test_override_blocks_and_too_big_model_error_names_numbers():
     with pytest.raises(CapacityError, match=r"llama-2-70b does not fit on a100-80gb.*weights need 128\.\d GiB"):
         plan_memory(get_model("llama-2-70b"), get_hardware("a100-80gb"), tp=1, pp=1, dtype="bf16", kv_dtype="bf16",
                     block_size=16, gpu_memory_utilization=0.9, max_num_batched_tokens=8192, max_num_seqs=256)
+
+
+def test_profiled_finds_shipped_tables_without_importing_calibration(tmp_path):
+    """sim.data locates calibration/fitted through the import system, never running calibration's code."""
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "calibration"
+    (pkg / "fitted").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise RuntimeError('calibration code ran')\n")
+    code = ("import sys; from sim.data import shipped_fitted_root; from sim.cost.profiled import find_fitted; "
+            "print(shipped_fitted_root()); print(find_fitted('h100-sxm', 'llama-3.1-8b')); print('calibration' in sys.modules)")
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{repo}"}).stdout.split()
+    assert out == [str(pkg / "fitted"), "None", "False"]

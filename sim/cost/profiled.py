@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.cost.roofline import RooflineCostModel, RooflineParams
+from sim.data import shipped_fitted_root
 
 
 TABLES_FILE = "tables.npz"
@@ -212,7 +213,7 @@ class ProfiledCostModel(RooflineCostModel):
 def fitted_gpu_average(profiles_dir: str | Path | None = None) -> tuple[Path, dict] | None:
     """The roofline factors averaged over profiled GPUs (``<fitted root>/roofline_params.json``,
     written by ``servesim fit`` over a root holding GPU profiles), or None."""
-    root = Path(profiles_dir) if profiles_dir else shipped_root()
+    root = Path(profiles_dir) if profiles_dir else shipped_fitted_root()
     if root is None:
         return None
     data = _read_json(root / "roofline_params.json")
@@ -221,21 +222,12 @@ def fitted_gpu_average(profiles_dir: str | Path | None = None) -> tuple[Path, di
     return (root / "roofline_params.json", values) if values else None
 
 
-def shipped_root() -> Path | None:
-    """``calibration/fitted`` of the installed ``calibration`` package (torch-free import)."""
-    try:
-        import calibration
-    except ImportError:
-        return None
-    return Path(calibration.__file__).parent / "fitted"
-
-
 def find_fitted(hardware_id: str, model_id: str, profiles_dir: str | Path | None = None) -> Path | None:
     """The fitted folder for (hardware, model): under ``profiles_dir`` (a fitted root, or the
     (hardware, model) folder itself) when given, else the shipped ``calibration/fitted``."""
     roots = [Path(profiles_dir)] if profiles_dir else []
     if not profiles_dir:
-        r = shipped_root()
+        r = shipped_fitted_root()
         if r is not None:
             roots.append(r)
     for root in roots:
