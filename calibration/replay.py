@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from sim.kv.blocks import DEFAULT_BLOCK_SIZE  # stdlib only: fine on the bare GPU image
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -53,7 +55,7 @@ class StepInputs:
 class ReplayModel:
     """Random-weight Llama shard (tp = 1) with a paged KV cache on ``device``."""
 
-    def __init__(self, card, device: str | torch.device, dtype: str = "bf16", block_size: int = 16,
+    def __init__(self, card, device: str | torch.device, dtype: str = "bf16", block_size: int = DEFAULT_BLOCK_SIZE,
                  num_blocks: int = 1024, max_positions: int = 8192, seed: int = 0):
         self.card, self.dev = card, torch.device(device)
         self.dt = DTYPES[dtype]

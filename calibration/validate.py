@@ -140,6 +140,7 @@ def run(args) -> dict:
     import torch
 
     from calibration.replay import ReplayModel, blocks_needed, probe_overhead, replay, weight_bytes
+    from sim.kv.blocks import DEFAULT_BLOCK_SIZE
     from sim.cost.profiled import load_profiled_cost_model
     from sim.cost.roofline import RooflineCostModel
     from sim.types import BatchShape
@@ -203,8 +204,8 @@ def run(args) -> dict:
         steps = doc["steps"][: args.max_steps] if args.max_steps else doc["steps"]
         doc = {**doc, "steps": steps}
         predicted = [cm.step_time(BatchShape(tuple(s["new"]), tuple(s["ctx"]))) for s in steps]
-        model = ReplayModel(card, dev, args.dtype, block_size=doc.get("block_size", 16),
-                            num_blocks=blocks_needed(doc, doc.get("block_size", 16)) + 8, seed=args.seed,
+        model = ReplayModel(card, dev, args.dtype, block_size=doc.get("block_size", DEFAULT_BLOCK_SIZE),
+                            num_blocks=blocks_needed(doc, doc.get("block_size", DEFAULT_BLOCK_SIZE)) + 8, seed=args.seed,
                             max_positions=max(s["ctx"][i] + s["new"][i] for s in steps for i in range(len(s["new"]))) + 1)
         t0 = time.perf_counter()
         measured = replay(model, doc, repeats=args.repeats)

@@ -8,13 +8,16 @@ does no I/O beyond reading the YAML file it is given.
 from __future__ import annotations
 
 import difflib
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
+from sim.cost.roofline import RooflineParams
 from sim.errors import ConfigError
+from sim.kv.blocks import DEFAULT_BLOCK_SIZE
 from sim.workload.config import WorkloadConfig
 
 
@@ -96,7 +99,7 @@ class SchedulerSection(BaseModel):
 
 
 class KV(_Strict):
-    block_size: int = Field(default=16, ge=1, le=1024, description="tokens per KV block")
+    block_size: int = Field(default=DEFAULT_BLOCK_SIZE, ge=1, le=1024, description="tokens per KV block")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     num_gpu_blocks: int | None = Field(default=None, ge=1, description="override: blocks a real engine reported")
     runtime_overhead_gib: float = Field(default=1.0, ge=0, description="CUDA context, NCCL, graphs (per GPU)")
@@ -122,14 +125,11 @@ class SLO(_Strict):
     classes: dict[str, SLOClass] = Field(default_factory=dict)
 
 
-class Roofline(_Strict):
-    gemm_eff: float = Field(default=0.70, gt=0, le=1)
-    attn_eff: float = Field(default=0.55, gt=0, le=1)
-    mem_eff: float = Field(default=0.85, gt=0, le=1)
-    kernel_floor_s: float = Field(default=3e-6, ge=0)
-    allreduce_latency_s: float = Field(default=8e-6, ge=0)
-    cpu_step_s: float = Field(default=3e-4, ge=0)
-    cpu_per_seq_s: float = Field(default=5e-6, ge=0)
+Roofline = create_model(
+    "Roofline", __base__=_Strict, __module__=__name__,
+    **{f.name: (float, Field(default=f.default, **f.metadata)) for f in fields(RooflineParams)})
+Roofline.__doc__ = """``cost.roofline``: the roofline's efficiency factors and overheads, field for
+field the documented defaults and bounds of ``sim.cost.roofline.RooflineParams`` (their one source)."""
 
 
 class Cost(_Strict):

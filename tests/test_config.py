@@ -54,3 +54,24 @@ def test_set_changes_one_knob_of_a_default_section():
     assert (c.workload.prompt.kind, c.workload.prompt.median, c.workload.prompt.max) == ("lognormal", 1020, 1000)
     c = build_config({"workload": {"prompt": {"kind": "fixed", "value": 5}}}, ["workload.prompt.value=7"])
     assert (c.workload.prompt.kind, c.workload.prompt.value, c.workload.prompt.max) == ("fixed", 7, None)
+
+
+def test_roofline_and_block_size_defaults_have_one_source():
+    """cost.roofline is built from RooflineParams (defaults and bounds); the block-size default is
+    sim.kv.blocks.DEFAULT_BLOCK_SIZE everywhere."""
+    import inspect
+    from dataclasses import fields
+
+    from sim.config import Roofline
+    from sim.cost.profiled import load_profiled_cost_model
+    from sim.cost.roofline import RooflineCostModel, RooflineParams
+    from sim.kv.blocks import DEFAULT_BLOCK_SIZE
+
+    assert {k: f.default for k, f in Roofline.model_fields.items()} == {f.name: f.default for f in fields(RooflineParams)}
+    assert RooflineParams(**load_config().cost.roofline.model_dump()) == RooflineParams()
+    for key, bad in (("gemm_eff", 0.0), ("mem_eff", 1.01), ("cpu_step_s", -1e-6)):
+        with pytest.raises(ConfigError, match=f"cost.roofline.{key}"):
+            load_config({"cost": {"roofline": {key: bad}}})
+    assert load_config().kv.block_size == DEFAULT_BLOCK_SIZE
+    for fn in (RooflineCostModel.__init__, load_profiled_cost_model):
+        assert inspect.signature(fn).parameters["block_size"].default == DEFAULT_BLOCK_SIZE

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from sim.cost.base import CostModel
+from sim.cost.profiled import fitted_gpu_average, load_profiled_cost_model
 from sim.cost.roofline import RooflineCostModel, RooflineParams
+from sim.errors import ConfigError
 
 __all__ = ["CostModel", "RooflineCostModel", "RooflineParams", "make_cost_model"]
 
@@ -18,34 +20,19 @@ def make_cost_model(cfg, model, hw) -> CostModel:
     kw = dict(tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype, kv_dtype=cfg.kv.dtype or cfg.dtype,
               block_size=cfg.kv.block_size)
     if cfg.cost.model != "roofline":
-        try:
-            from sim.cost.profiled import load_profiled_cost_model
-        except ModuleNotFoundError as e:
-            if e.name != "sim.cost.profiled":
-                raise
-            load_profiled_cost_model = None
-        if load_profiled_cost_model is not None:
-            cm = load_profiled_cost_model(model, hw, params=params, profiles_dir=cfg.cost.profiles_dir,
-                                          required=cfg.cost.model == "profiled", **kw)
-            if cm is not None:
-                return cm
+        cm = load_profiled_cost_model(model, hw, params=params, profiles_dir=cfg.cost.profiles_dir,
+                                      required=cfg.cost.model == "profiled", **kw)
+        if cm is not None:
+            return cm
         if cfg.cost.model == "profiled":
-            from sim.errors import ConfigError
-
             raise ConfigError(f"cost.model: no profile for ({hw.id}, {model.id}, {cfg.dtype}); run servesim profile + fit, or use auto")
     source = "defaults"
     if cfg.cost.roofline == type(cfg.cost.roofline)():  # the user set no factor: use fitted GPU ones
-        try:
-            from sim.cost.profiled import fitted_gpu_average
-        except ModuleNotFoundError as e:
-            if e.name != "sim.cost.profiled":
-                raise
-        else:
-            fitted = fitted_gpu_average(cfg.cost.profiles_dir)
-            if fitted is not None:
-                path, values = fitted
-                params = RooflineParams(**{**params.as_dict(), **values})
-                source = f"fitted on profiled GPUs ({path})"
+        fitted = fitted_gpu_average(cfg.cost.profiles_dir)
+        if fitted is not None:
+            path, values = fitted
+            params = RooflineParams(**{**params.as_dict(), **values})
+            source = f"fitted on profiled GPUs ({path})"
     cm = RooflineCostModel(model, hw, params=params, **kw)
     cm.params_source = source
     return cm

@@ -32,6 +32,7 @@ import numpy as np
 
 from sim.cost.roofline import RooflineCostModel, RooflineParams
 from sim.data import shipped_fitted_root
+from sim.kv.blocks import DEFAULT_BLOCK_SIZE
 
 
 TABLES_FILE = "tables.npz"
@@ -242,7 +243,7 @@ def find_fitted(hardware_id: str, model_id: str, profiles_dir: str | Path | None
 
 def load_profiled_cost_model(model, hw, *, params: RooflineParams | None = None, profiles_dir=None,
                              required: bool = False, tp: int = 1, pp: int = 1, dtype: str = "bf16",
-                             kv_dtype: str | None = None, block_size: int = 16) -> ProfiledCostModel | None:
+                             kv_dtype: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE) -> ProfiledCostModel | None:
     """A ProfiledCostModel when fitted tables for (hardware, model, dtype) exist, else None.
 
     The device's fitted efficiency factors and measured overhead replace ``params`` (they describe

@@ -32,14 +32,18 @@ Formulas (b = bytes per element, T = new tokens in the step, h = hidden size):
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from sim.catalog import DTYPE_BYTES, HardwareCard, ModelCard
 from sim.cost.memory import kv_bytes_per_token_per_gpu
 from sim.cost.ops import ShardShapes, expert_tokens, shard_shapes
+from sim.kv.blocks import DEFAULT_BLOCK_SIZE
 from sim.types import BatchShape, StepTime
+
+
+_EFF, _NONNEG = {"gt": 0, "le": 1}, {"ge": 0}  # bounds of a fraction of peak, of a time
 
 
 @dataclass(frozen=True)
@@ -61,13 +65,15 @@ class RooflineParams:
       graphs show; replaced by calibration.
     """
 
-    gemm_eff: float = 0.70
-    attn_eff: float = 0.55
-    mem_eff: float = 0.85
-    kernel_floor_s: float = 3e-6
-    allreduce_latency_s: float = 8e-6
-    cpu_step_s: float = 3e-4
-    cpu_per_seq_s: float = 5e-6
+    # the one source of these defaults: the config's ``cost.roofline`` section is built from
+    # these fields (metadata: the bounds it validates)
+    gemm_eff: float = field(default=0.70, metadata=_EFF)
+    attn_eff: float = field(default=0.55, metadata=_EFF)
+    mem_eff: float = field(default=0.85, metadata=_EFF)
+    kernel_floor_s: float = field(default=3e-6, metadata=_NONNEG)
+    allreduce_latency_s: float = field(default=8e-6, metadata=_NONNEG)
+    cpu_step_s: float = field(default=3e-4, metadata=_NONNEG)
+    cpu_per_seq_s: float = field(default=5e-6, metadata=_NONNEG)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -86,7 +92,7 @@ class RooflineCostModel:
     params_source = "defaults"  # or where fitted efficiency factors came from
 
     def __init__(self, model: ModelCard, hw: HardwareCard, *, tp: int = 1, pp: int = 1,
-                 dtype: str = "bf16", kv_dtype: str | None = None, block_size: int = 16,
+                 dtype: str = "bf16", kv_dtype: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  params: RooflineParams | None = None):
         if model.num_layers % pp:
             raise ValueError(f"pp={pp} does not divide {model.id}'s {model.num_layers} layers")

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 from collections import deque
 
+DEFAULT_BLOCK_SIZE = 16
+"""Tokens per KV block unless ``kv.block_size`` says otherwise: vLLM's default ``--block-size``
+on CUDA (16). The one source of this default: the config, the cost models and the real replay
+of calibration/ read it from here."""
+
 
 class BlockPool:
     """Fixed-size blocks ``0 .. num_blocks-1``; freed blocks go to the back of the free list."""
