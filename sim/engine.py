@@ -607,7 +607,8 @@ class Engine:
             return
 
     def _serve(self, rep: Replica):
-        env, sched, cost, log, faults = self.env, rep.scheduler, rep.cost, self.steps, self.faults
+        env, sched, cost, log = self.env, rep.scheduler, rep.cost, self.steps
+        faults = self.faults if self.faults else None
         while True:
             plan = sched.schedule(env.now)
             if plan.empty:
@@ -632,7 +633,7 @@ class Engine:
                 log.add_run(rep.idx, run, waiting, len(sched.waiting), rep.kv.num_used)
                 continue
             st = cost.step_time(shape)
-            if faults:
+            if faults is not None:
                 st = scale_step(st, *faults.factors(rep.idx, start))
             if self.plans is not None:
                 self.plans.append((rep.idx, start, tuple(plan.num_new_tokens), shape))

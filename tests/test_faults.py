@@ -234,17 +234,22 @@ fault_event = st.one_of(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=st.lists(fault_event, max_size=5), on_crash=st.sampled_from(["requeue", "lose"]),
-       router=st.sampled_from(["round_robin", "least_loaded"]), autoscale=st.booleans(), seed=st.integers(0, 50))
-def test_every_request_is_conserved_and_fast_forward_stays_exact(events, on_crash, router, autoscale, seed):
+       router=st.sampled_from(["round_robin", "least_loaded"]), setup=st.sampled_from(["plain", "autoscale", "disagg", "closed"]),
+       seed=st.integers(0, 50))
+def test_every_request_is_conserved_and_fast_forward_stays_exact(events, on_crash, router, setup, seed):
     cluster = {"replicas": 3, "router": router}
-    if autoscale:
+    workload = {"rate": 15.0, "num_requests": 60, "output": {"kind": "uniform", "min": 1, "max": 150}}
+    if setup == "autoscale":
         cluster["autoscale"] = {"enabled": True, "min_replicas": 1, "max_replicas": 5, "target_outstanding": 3,
                                 "interval_s": 0.7, "cold_start_s": 0.4}
+    elif setup == "disagg":
+        cluster["prefill_replicas"] = 1
+    elif setup == "closed":
+        workload["closed_loop"] = {"clients": 6, "think_time_s": 0.2}
     base = tiny_config(cluster=cluster, parallelism={"tp": 2}, faults={"on_crash": on_crash, "events": events}, seed=seed,
-                       kv={"num_gpu_blocks": 120},
-                       workload={"rate": 15.0, "num_requests": 60, "output": {"kind": "uniform", "min": 1, "max": 150}})
+                       kv={"num_gpu_blocks": 120}, workload=workload)
     runs = []
     for ff in (True, False):
         cfg = load_config({**base, "engine": {"fast_forward": ff}})
@@ -272,4 +277,4 @@ def test_every_request_is_conserved_and_fast_forward_stays_exact(events, on_cras
     pd.testing.assert_frame_equal(requests_frame(o1), requests_frame(o2))
     pd.testing.assert_frame_equal(steps_frame(o1).drop(columns="cost_source"), steps_frame(o2).drop(columns="cost_source"))
     assert o1.simulated_s == o2.simulated_s and e1.fault_log.requeued == e2.fault_log.requeued
-    event(f"requeued: {e1.fault_log.requeued > 0}, lost: {bool(e1.fault_log.lost)}, scaled: {len(e1.replicas) > 3}")
+    event(f"requeued: {e1.fault_log.requeued > 0}, lost: {bool(e1.fault_log.lost)}, setup: {setup}")
