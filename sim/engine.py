@@ -49,6 +49,8 @@ class SimOutput:
     cost_params: dict
     out_of_range: int
     kv_blocks_per_replica: int
+    cost_info: dict | None = None
+    """What priced the run, when the cost model describes itself (the kernel database does)."""
 
 
 class Replica:
@@ -457,7 +459,8 @@ class Engine:
             num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=self.env.now,
             workload_info=dict(self.workload.info), cost_source=self.cost.source,
             cost_params={"source": self.cost.params_source, **self.cost.p.as_dict()}, out_of_range=oor,
-            kv_blocks_per_replica=self.mem.num_gpu_blocks)
+            kv_blocks_per_replica=self.mem.num_gpu_blocks,
+            cost_info=self.cost.describe() if hasattr(self.cost, "describe") else None)
 
 
 class _At(simpy.events.Timeout):
