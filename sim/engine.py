@@ -387,6 +387,9 @@ class Engine:
         from sim.workload.closed_loop import client_draws
 
         env, wl = self.env, self.cfg.workload
+        ramp = wl.closed_loop.ramp_up_s * c / wl.closed_loop.clients
+        if ramp > 0:
+            yield env.timeout(ramp)
         for think, prompt, output in client_draws(wl, self.cfg.seed, c):
             if think > 0:
                 yield env.timeout(think)
