@@ -68,12 +68,12 @@ class Engine:
         self.hw = get_hardware(cfg.hardware)
         knobs = cfg.scheduler.knobs()
         tp, pp = cfg.parallelism.tp, cfg.parallelism.pp
-        kv_dtype = cfg.kv.dtype or cfg.dtype
+        kv_dtype = cfg.kv_dtype
         self.mem = plan_memory(
             self.model, self.hw, tp=tp, pp=pp, dtype=cfg.dtype, kv_dtype=kv_dtype, block_size=cfg.kv.block_size,
             gpu_memory_utilization=cfg.kv.gpu_memory_utilization, max_num_batched_tokens=knobs.max_num_batched_tokens,
             max_num_seqs=knobs.max_num_seqs, runtime_overhead_gib=cfg.kv.runtime_overhead_gib,
-            num_gpu_blocks=cfg.kv.num_gpu_blocks)
+            num_gpu_blocks=cfg.kv.num_gpu_blocks, act_dtype=cfg.precision.activations)
         self.cost = make_cost_model(cfg, self.model, self.hw)
         sched_cls = REGISTRY[cfg.scheduler.name]
         self.replicas = []
@@ -239,7 +239,7 @@ class Engine:
         rep.scheduler.finish(r)  # leaves this replica: its blocks return to the pool
         r.status = Status.WAITING
         self.in_flight += 1
-        nbytes = r.num_computed * self.model.kv_bytes_per_token(self.cfg.kv.dtype or self.cfg.dtype)
+        nbytes = r.num_computed * self.model.kv_bytes_per_token(self.cfg.kv_dtype)
         self.env.process(self._transfer(r, nbytes / self.kv_transfer_bw))
 
     def _transfer(self, r: Request, seconds: float):
