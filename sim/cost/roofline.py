@@ -19,9 +19,9 @@ activation dtype (engines leave them unquantised).
 
 Formulas (b = bytes per element, T = new tokens in the step, h = hidden size):
 - GEMM ``[m, k] x [k, n]``: FLOPs 2mnk; bytes b_act(mk + mn) + b_weight kn.
-- MoE: the uniform-router expectation of active experts (``ops.expert_tokens``); each active
-  expert runs its gate-up and down GEMMs on its share of the tokens and reads its own weights
-  (so weights are read for the experts actually touched). Shared experts run as a dense MLP on
+- MoE: the uniform-router expectation of active experts (``ops.expert_tokens``); the routed
+  experts run as two grouped GEMMs (gate-up, down; one kernel each, as fused-MoE kernels do) over
+  every token's top-k assignments, reading the weights of each expert touched once. Shared experts run as a dense MLP on
   every token; the router is a GEMM to ``num_experts`` logits; the first ``first_dense_layers``
   layers have a dense MLP.
 - MLA (DeepSeek): GEMMs ``qkv_a``, ``q_b``, ``o`` per layer. Prefill attends in the expanded form:
@@ -151,9 +151,18 @@ class RooflineCostModel:
         return self._roof(2.0 * m * n * k, self.b * (m * k + m * n) + wb * k * n, self.p.gemm_eff, peak)
 
     def moe(self, tokens: int) -> float:
+        """Routed experts of one layer as two grouped GEMMs (gate-up, down), one kernel each, as
+        fused-MoE kernels run them: FLOPs of every token's top-k experts, weights read once for
+        each expert touched, activations of every (token, expert) assignment."""
         s = self.shapes
         active, per = expert_tokens(tokens, s.num_experts, s.top_k)
-        return active * (self.gemm("expert_gate_up", per) + self.gemm("expert_down", per))
+        t = 0.0
+        for op in ("expert_gate_up", "expert_down"):
+            n, k = s.gemms[op]
+            wb, peak = self._gemm_w[op]
+            m = active * per  # assignments, rounded up per expert
+            t += self._roof(2.0 * m * n * k, self.b * m * (k + n) + wb * active * k * n, self.p.gemm_eff, peak)
+        return t
 
     @staticmethod
     def _attended(q: int, c: int, window: int) -> float:
