@@ -202,19 +202,23 @@ class RooflineCostModel:
         """Prefill attention of one sliding-window layer (priced by the roofline)."""
         return RooflineCostModel.attn_prefill(self, chunks, self.shapes.window)
 
-    def _decode_roof(self, n, kv):
-        """Roofline seconds of one layer's decode attention for ``n`` sequences over ``kv`` cached
+    def _decode_terms(self, n, kv):
+        """(FLOPs, bytes) of one layer's decode attention for ``n`` sequences over ``kv`` cached
         tokens in total; ``kv`` may be a numpy array (the same floating-point operations either way)."""
         s = self.shapes
         if s.mla:  # absorbed form over the shared latent
-            flops = 2.0 * s.q_heads * (2 * s.kv_lora + s.rope_dim) * kv
             up_n, up_k = s.gemms["kv_b"]
-            flops = flops + 2.0 * n * up_n * up_k
+            flops = 2.0 * s.q_heads * (2 * s.kv_lora + s.rope_dim) * kv + 2.0 * n * up_n * up_k
             nbytes = kv * s.kv_elems * self.kvb + n * s.q_heads * (s.head_dim + s.v_dim) * self.b \
                 + up_n * up_k * self._gemm_w["kv_b"][0]
         else:
             flops = 4.0 * s.q_heads * s.head_dim * kv
             nbytes = kv * 2 * s.kv_heads * s.head_dim * self.kvb + n * 2 * s.q_heads * s.head_dim * self.b
+        return flops, nbytes
+
+    def _decode_roof_series(self, n, kv):
+        """``_roof`` of ``_decode_terms`` over an array of kv totals (bit-identical to scalars)."""
+        flops, nbytes = self._decode_terms(n, kv)
         return np.maximum(np.maximum(flops / (self.attn_peak * self.p.attn_eff), nbytes / (self.bw * self.p.mem_eff)),
                           self.p.kernel_floor_s)
 
@@ -223,7 +227,7 @@ class RooflineCostModel:
         ``longest`` (the longest sequence) is unused by the roofline, used by profiled tables."""
         if not num_seqs:
             return 0.0
-        return float(self._decode_roof(num_seqs, kv_tokens))
+        return self._roof(*self._decode_terms(num_seqs, kv_tokens), self.p.attn_eff)
 
     def elementwise(self, op: str, tokens: int) -> float:
         s, b = self.shapes, self.b
@@ -319,9 +323,9 @@ class RooflineCostModel:
         n = num_seqs
         gemm, other, comm, _ = self._dense_part(n, n)
         kv = kv_tokens + n * np.arange(steps, dtype=np.int64)
-        ad = self.layers_full * self._decode_roof(n, kv)
+        ad = self.layers_full * self._decode_roof_series(n, kv)
         if self.layers_window:
-            ad = ad + self.layers_window * self._decode_roof(n, np.minimum(kv, n * self.shapes.window))
+            ad = ad + self.layers_window * self._decode_roof_series(n, np.minimum(kv, n * self.shapes.window))
         cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n
         total = gemm + 0.0 + ad + comm + other + cpu + 0.0
         full = lambda v: np.full(steps, v)  # noqa: E731
