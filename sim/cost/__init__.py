@@ -17,8 +17,8 @@ def make_cost_model(cfg, model, hw) -> CostModel:
     profiled GPUs writes ``roofline_params.json`` there), those fitted factors, so unprofiled GPUs
     improve from the profiled ones."""
     params = RooflineParams(**cfg.cost.roofline.model_dump())
-    kw = dict(tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype, kv_dtype=cfg.kv.dtype or cfg.dtype,
-              block_size=cfg.kv.block_size)
+    kw = dict(tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype, kv_dtype=cfg.kv_dtype,
+              block_size=cfg.kv.block_size, act_dtype=cfg.precision.activations, comm_dtype=cfg.comm_dtype)
     if cfg.cost.model == "kerneldb":
         return _kerneldb(cfg, model, hw, params, kw)
     if cfg.cost.model != "roofline":
