@@ -29,7 +29,8 @@ import pandas as pd
 from sim import simulate
 
 BASE = {"model": "llama-3.1-70b", "hardware": "h100-sxm", "parallelism": {"tp": 4}, "cluster": {"replicas": 4},
-        "workload": {"rate": 20.0, "num_requests": 3000}, "output": {"plots": False, "progress": False}, "seed": 1}
+        "workload": {"rate": 20.0, "num_requests": 3000}, "output": {"plots": False, "progress": False}, "seed": 1,
+        "cost": {"model": "roofline"}}  # the same figures with or without the kernel-database extra
 START, END = 50.0, 100.0
 SCENARIOS = {
     "baseline": {},

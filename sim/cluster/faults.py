@@ -12,9 +12,11 @@ No peer simulator models these; the semantics are ours and documented:
   component of a step starting in the window (tensor / pipeline collectives) takes f times as
   long, and a disaggregated KV transfer that starts in it moves at 1/f of the bandwidth.
 
-The cost model still sees only the BatchShape: the factors are applied by the engine to the
-``StepTime`` the cost model returned (``scale_step`` / ``scale_columns``). A factor window's
-start and end end a decode fast-forward run, as an arrival does, so fast-forward stays exact.
+The cost model still sees only the BatchShape: the engine prices a step of a slowed replica
+through ``ScaledCost``, which applies the factors to the ``StepTime`` the cost model returned
+(``scale_step``; ``scale_columns`` for a fast-forward run's price columns, the same arithmetic).
+A window's start and end end a decode fast-forward run, as an arrival does, so fast-forward
+stays exact.
 """
 from __future__ import annotations
 
@@ -80,6 +82,27 @@ class FaultSchedule:
                                                    for x in (w.start, w.end)})
         i = bisect.bisect_right(edges, t)
         return edges[i] if i < len(edges) else float("inf")
+
+
+class ScaledCost:
+    """A cost model whose prices are ``scale_step`` / ``scale_columns`` of another's: what a
+    step of a straggling or badly connected replica costs. Everything else is delegated."""
+
+    def __init__(self, cost, compute: float, link: float):
+        self.cost, self.compute, self.link = cost, compute, link
+
+    def step_time(self, shape) -> StepTime:
+        return scale_step(self.cost.step_time(shape), self.compute, self.link)
+
+    def decode_step(self, *args) -> StepTime:
+        return scale_step(self.cost.decode_step(*args), self.compute, self.link)
+
+    def decode_series(self, *args):
+        series = self.cost.decode_series(*args)
+        return None if series is None else scale_columns(series, self.compute, self.link)
+
+    def __getattr__(self, name):
+        return getattr(self.cost, name)
 
 
 def scale_step(st: StepTime, compute: float, link: float) -> StepTime:
