@@ -102,6 +102,13 @@ class Engine:
     Fast-forward replaces 2-3 when ``fastforward.steady_decode`` holds: ``_run`` prices the whole
     run of identical decode steps (``fastforward.decode_run``), waits once for its end, and
     applies it with ``lifecycle.complete_run``.
+
+    Faults and autoscaling (docs/faults.md) change the pool over time: ``_faults`` applies
+    scheduled crashes (``crash``: the replica's process is interrupted, its requests re-queued
+    through ``_dispatch`` or lost) and restarts (``restart``); ``_autoscale`` adds replicas after
+    a cold start and releases idle ones; ``_cost`` prices a step of a slowed replica. The pure
+    parts (the schedule, the factors, the scaling decision) live in ``sim/cluster/faults.py`` and
+    ``sim/cluster/autoscale.py``.
     """
 
     def __init__(self, cfg: Config, progress=None, record_plans: bool = False):
