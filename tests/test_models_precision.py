@@ -155,12 +155,38 @@ def test_gpt_oss_fits_one_h100_in_mxfp4_only():
                                          ("nvfp4", "b200", True), ("mxfp4", "a100-80gb", True),
                                          ("fp8", "l40s", True), ("fp8", "mi300x", True)])
 def test_dtype_needs_hardware_support(dtype, hw, ok):
-    cfg = {"model": "llama-3.1-8b", "hardware": hw, "dtype": dtype}
+    cfg = {"model": "gpt-oss-120b" if dtype == "mxfp4" else "llama-3.1-8b", "hardware": hw, "dtype": dtype}
     if ok:
         assert load_config(cfg).dtype == dtype
     else:
         with pytest.raises(ConfigError, match=f"dtype {dtype}: .* has no {dtype} tensor cores"):
             load_config(cfg)
+
+
+def test_mxfp4_needs_an_moe_model():
+    with pytest.raises(ConfigError, match="dtype mxfp4: quantises the routed experts"):
+        load_config({"model": "llama-3.1-8b", "dtype": "mxfp4"})
+
+
+@pytest.mark.parametrize("mid", ["llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-120b", "deepseek-v3", "mixtral-8x7b"])
+def test_smaller_weights_or_more_memory_never_cost_kv_blocks(mid):
+    from dataclasses import replace
+
+    m = get_model(mid)
+    kw = dict(pp=1, kv_dtype="bf16", block_size=16, gpu_memory_utilization=0.9, max_num_batched_tokens=8192,
+              max_num_seqs=256)
+    b200 = get_hardware("b200")
+    for tp in (1, 2, 4, 8):
+        blocks = {}
+        for dt in ("bf16", "fp8", "nvfp4"):
+            try:
+                blocks[dt] = plan_memory(m, b200, tp=tp, dtype=dt, **kw).num_gpu_blocks
+            except CapacityError:
+                blocks[dt] = 0
+        assert blocks["bf16"] <= blocks["fp8"] <= blocks["nvfp4"], (tp, blocks)
+        if blocks["bf16"]:  # the datasheet's figure would promise more than the driver gives
+            sheet = plan_memory(m, replace(b200, usable_memory_gib=None), tp=tp, dtype="bf16", **kw).num_gpu_blocks
+            assert sheet > blocks["bf16"]
 
 
 def test_gemm_peak_follows_the_weight_format_and_attention_stays_bf16():
