@@ -119,8 +119,14 @@ class Roofline(_Strict):
 
 class Cost(_Strict):
     usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="override the card's dated price")
-    model: Literal["auto", "roofline", "profiled"] = Field(
-        default="auto", description="auto: profiled when a profile exists for (hardware, model, dtype), else roofline")
+    model: Literal["auto", "roofline", "profiled", "kerneldb"] = Field(
+        default="auto", description=(
+            "auto: profiled when a profile exists for (hardware, model, dtype), else the kernel database "
+            "when installed (extra kernels-db) and covering the GPU and dtype, else roofline"))
+    framework: Literal["vllm", "sglang", "trtllm"] = Field(
+        default="vllm", description="serving framework whose kernels (and engine overhead) price the steps (kerneldb)")
+    framework_version: str | None = Field(
+        default=None, description="framework version in the kernel database (default: the newest it holds)")
     profiles_dir: str | None = Field(default=None, description="fitted profiles folder (default: the shipped ones)")
     roofline: Roofline = Roofline()
 

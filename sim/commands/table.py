@@ -7,11 +7,20 @@ def _ms(d: dict, k: str) -> str:
     return "-" if v is None else f"{v * 1e3:,.1f}"
 
 
+def cost_line(s: dict) -> str:
+    """The cost model and, for the kernel database, its package, framework, version and system."""
+    cm = s.get("cost_model") or {}
+    if cm.get("framework"):
+        return (f"{s['sim']['cost_model']} ({cm['source']} {cm['package_version']}: {cm['framework']} "
+                f"{cm['framework_version']} on {cm['system']})")
+    return s["sim"]["cost_model"]
+
+
 def print_summary(s: dict, cfg) -> None:
     r = s["requests"]
     print(f"\n{cfg.model} | {cfg.cluster.replicas} x {cfg.parallelism.tp * cfg.parallelism.pp} {cfg.hardware} "
           f"(tp={cfg.parallelism.tp}, pp={cfg.parallelism.pp}) | scheduler {cfg.scheduler.name} | "
-          f"cost model {s['sim']['cost_model']}")
+          f"cost model {cost_line(s)}")
     print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected, "
           f"{r['preemptions']:,} preemptions")
     print(f"{'metric (ms)':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")

@@ -156,6 +156,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
                       "communication": cfg.comm_dtype},
         "prefix_cache": prefix_cache(cfg, req),
         "workload": out.workload_info,
+        "cost_model": cost_model_block(out),
         "sim": {
             "wall_s": wall_s,
             "steps": int(log.count),
@@ -169,6 +170,16 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "out_of_range_queries": int(out.out_of_range),
         },
     }
+
+
+def cost_model_block(out) -> dict:
+    """What priced the run: the kernel database's own description (package and framework versions,
+    system, kernels, engine overhead), or the analytic/profiled source and its parameters' origin."""
+    info = getattr(out, "cost_info", None)
+    if info:
+        return dict(info)
+    names = {"roofline": "roofline (analytic)", "profiled": "profiled tables"}
+    return {"source": names.get(out.cost_source, out.cost_source), "params_source": out.cost_params.get("source")}
 
 
 def memory_source(cfg) -> str:
