@@ -383,3 +383,17 @@ def test_fp8_step_prices_no_nan_for_every_catalog_model():
         cm = RooflineCostModel(m, get_hardware("h200-sxm"), tp=tp, dtype="fp8")
         st_ = cm.step_time(BatchShape((512, 1, 1), (0, 100, 4000), tp=tp))
         assert np.isfinite(st_.total) and st_.total > 0, m.id
+
+
+def test_plan_skips_a_gpu_without_the_weight_dtype_saying_why(tmp_path):
+    from sim.sweep.capacity import SearchSettings
+    from sim.sweep.plan import plan
+
+    s = SearchSettings(ttft_p99_s=2.0, tpot_p99_s=0.1, seeds=(0,), rel_tol=0.2)
+    base = {"dtype": "fp8", "cost": {"model": "roofline"}, "workload": {"num_requests": 60}}
+    t = plan("llama-3.1-8b", 2.0, gpus=["h100-sxm", "a100-80gb"], tps=[1], schedulers=[("vllm", ())], settings=s,
+             out=tmp_path, base=base, workers=1, progress=False).table
+    a100 = t[t["hardware"] == "a100-80gb"].iloc[0]
+    assert a100["status"] == "does not fit" and "no fp8 tensor cores" in a100["note"]
+    assert a100["usd_per_gpu_hour"] == get_hardware("a100-80gb").price.usd_per_gpu_hour
+    assert t[t["hardware"] == "h100-sxm"].iloc[0]["status"] == "ok"

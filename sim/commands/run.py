@@ -11,7 +11,6 @@ SHORTCUTS = [
     ("--dtype", "dtype", str, "weight dtype: bf16, fp16, fp8, nvfp4 (Blackwell), mxfp4 (gpt-oss)"),
     ("--tp", "parallelism.tp", int, "tensor-parallel degree"),
     ("--pp", "parallelism.pp", int, "pipeline stages"),
-    ("--dtype", "dtype", str, "weight dtype (bf16, fp16, fp8)"),
     ("--cost-model", "cost.model", str, "auto, kerneldb, profiled or roofline"),
     ("--framework", "cost.framework", str, "serving framework priced by the kernel database: vllm, sglang, trtllm"),
     ("--framework-version", "cost.framework_version", str, "framework version in the kernel database (default newest)"),
