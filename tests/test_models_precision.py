@@ -397,3 +397,14 @@ def test_plan_skips_a_gpu_without_the_weight_dtype_saying_why(tmp_path):
     assert a100["status"] == "does not fit" and "no fp8 tensor cores" in a100["note"]
     assert a100["usd_per_gpu_hour"] == get_hardware("a100-80gb").price.usd_per_gpu_hour
     assert t[t["hardware"] == "h100-sxm"].iloc[0]["status"] == "ok"
+
+
+def test_models_the_kernel_database_cannot_compose_fall_back_to_the_roofline():
+    from sim.catalog import get_hardware as hwc
+    from sim.cost import make_cost_model
+
+    cfg = load_config({"model": "deepseek-v3", "hardware": "h200-sxm", "parallelism": {"tp": 8}, "dtype": "fp8"})
+    assert make_cost_model(cfg, get_model("deepseek-v3"), hwc("h200-sxm")).source == "roofline"
+    strict = load_config({**cfg.to_dict(), "cost": {**cfg.to_dict()["cost"], "model": "kerneldb"}})
+    with pytest.raises(ConfigError, match="cost.model kerneldb"):
+        make_cost_model(strict, get_model("deepseek-v3"), hwc("h200-sxm"))
