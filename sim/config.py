@@ -253,12 +253,15 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _dtype_on_hardware(self):
-        from sim.catalog import CatalogError, get_hardware
+        from sim.catalog import CatalogError, get_hardware, get_model
 
         try:
             get_hardware(self.hardware).check_dtype(self.dtype)
         except CatalogError as e:
             raise ValueError(f"dtype {self.dtype}: {e}") from None
+        if self.dtype == "mxfp4" and not get_model(self.model).is_moe:
+            raise ValueError(f"dtype mxfp4: quantises the routed experts of an MoE model (the gpt-oss format); "
+                             f"{self.model} has none, use bf16, fp8 or nvfp4")
         return self
 
     @property

@@ -157,13 +157,13 @@ def test_auto_uses_the_database_and_every_output_says_so(tmp_path, capsys):
 
 def test_auto_falls_back_to_the_roofline_without_the_package(monkeypatch):
     monkeypatch.setattr(kd, "package_root", lambda: None)
-    res = simulate(tiny_config(workload={"rate": 5.0, "num_requests": 5}))
+    res = simulate(tiny_config(workload={"rate": 5.0, "num_requests": 5}, cost={"model": "auto"}))
     assert res.summary["sim"]["cost_model"] == "roofline"
     assert res.summary["cost_model"]["source"] == "roofline (analytic)"
 
 
 def test_auto_falls_back_on_a_gpu_the_database_lacks():
-    res = simulate(tiny_config(hardware="mi300x", workload={"rate": 5.0, "num_requests": 5}))
+    res = simulate(tiny_config(hardware="mi300x", workload={"rate": 5.0, "num_requests": 5}, cost={"model": "auto"}))
     assert res.summary["sim"]["cost_model"] == "roofline"
 
 

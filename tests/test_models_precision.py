@@ -155,12 +155,38 @@ def test_gpt_oss_fits_one_h100_in_mxfp4_only():
                                          ("nvfp4", "b200", True), ("mxfp4", "a100-80gb", True),
                                          ("fp8", "l40s", True), ("fp8", "mi300x", True)])
 def test_dtype_needs_hardware_support(dtype, hw, ok):
-    cfg = {"model": "llama-3.1-8b", "hardware": hw, "dtype": dtype}
+    cfg = {"model": "gpt-oss-120b" if dtype == "mxfp4" else "llama-3.1-8b", "hardware": hw, "dtype": dtype}
     if ok:
         assert load_config(cfg).dtype == dtype
     else:
         with pytest.raises(ConfigError, match=f"dtype {dtype}: .* has no {dtype} tensor cores"):
             load_config(cfg)
+
+
+def test_mxfp4_needs_an_moe_model():
+    with pytest.raises(ConfigError, match="dtype mxfp4: quantises the routed experts"):
+        load_config({"model": "llama-3.1-8b", "dtype": "mxfp4"})
+
+
+@pytest.mark.parametrize("mid", ["llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-120b", "deepseek-v3", "mixtral-8x7b"])
+def test_smaller_weights_or_more_memory_never_cost_kv_blocks(mid):
+    from dataclasses import replace
+
+    m = get_model(mid)
+    kw = dict(pp=1, kv_dtype="bf16", block_size=16, gpu_memory_utilization=0.9, max_num_batched_tokens=8192,
+              max_num_seqs=256)
+    b200 = get_hardware("b200")
+    for tp in (1, 2, 4, 8):
+        blocks = {}
+        for dt in ("bf16", "fp8", "nvfp4"):
+            try:
+                blocks[dt] = plan_memory(m, b200, tp=tp, dtype=dt, **kw).num_gpu_blocks
+            except CapacityError:
+                blocks[dt] = 0
+        assert blocks["bf16"] <= blocks["fp8"] <= blocks["nvfp4"], (tp, blocks)
+        if blocks["bf16"]:  # the datasheet's figure would promise more than the driver gives
+            sheet = plan_memory(m, replace(b200, usable_memory_gib=None), tp=tp, dtype="bf16", **kw).num_gpu_blocks
+            assert sheet > blocks["bf16"]
 
 
 def test_gemm_peak_follows_the_weight_format_and_attention_stays_bf16():
@@ -357,3 +383,28 @@ def test_fp8_step_prices_no_nan_for_every_catalog_model():
         cm = RooflineCostModel(m, get_hardware("h200-sxm"), tp=tp, dtype="fp8")
         st_ = cm.step_time(BatchShape((512, 1, 1), (0, 100, 4000), tp=tp))
         assert np.isfinite(st_.total) and st_.total > 0, m.id
+
+
+def test_plan_skips_a_gpu_without_the_weight_dtype_saying_why(tmp_path):
+    from sim.sweep.capacity import SearchSettings
+    from sim.sweep.plan import plan
+
+    s = SearchSettings(ttft_p99_s=2.0, tpot_p99_s=0.1, seeds=(0,), rel_tol=0.2)
+    base = {"dtype": "fp8", "cost": {"model": "roofline"}, "workload": {"num_requests": 60}}
+    t = plan("llama-3.1-8b", 2.0, gpus=["h100-sxm", "a100-80gb"], tps=[1], schedulers=[("vllm", ())], settings=s,
+             out=tmp_path, base=base, workers=1, progress=False).table
+    a100 = t[t["hardware"] == "a100-80gb"].iloc[0]
+    assert a100["status"] == "does not fit" and "no fp8 tensor cores" in a100["note"]
+    assert a100["usd_per_gpu_hour"] == get_hardware("a100-80gb").price.usd_per_gpu_hour
+    assert t[t["hardware"] == "h100-sxm"].iloc[0]["status"] == "ok"
+
+
+def test_models_the_kernel_database_cannot_compose_fall_back_to_the_roofline():
+    from sim.catalog import get_hardware as hwc
+    from sim.cost import make_cost_model
+
+    cfg = load_config({"model": "deepseek-v3", "hardware": "h200-sxm", "parallelism": {"tp": 8}, "dtype": "fp8"})
+    assert make_cost_model(cfg, get_model("deepseek-v3"), hwc("h200-sxm")).source == "roofline"
+    strict = load_config({**cfg.to_dict(), "cost": {**cfg.to_dict()["cost"], "model": "kerneldb"}})
+    with pytest.raises(ConfigError, match="cost.model kerneldb"):
+        make_cost_model(strict, get_model("deepseek-v3"), hwc("h200-sxm"))

@@ -58,7 +58,7 @@ def card_from_hf_config(path: str | Path):
     layers, hidden, heads = int(need("num_hidden_layers")), int(need("hidden_size")), int(need("num_attention_heads"))
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or hidden // heads)
-    name = str(cfg.get("_name_or_path") or path.parent.name or path.stem)
+    name = str(cfg.get("_name_or_path") or (path.parent.name if path.stem == "config" else path.stem) or "hf-model")
     f = dict(
         id=path.stem.lower() if path.stem != "config" else (path.parent.name.lower() or "hf-model"),
         name=name, hf_repo=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,

@@ -28,6 +28,9 @@ def register(sub) -> None:
     p.add_argument("--limit", type=int, help="replay the first N selected rows")
     p.add_argument("--cost-model", choices=sorted(COST_MODELS), default="both", help="which cost model(s) to score")
     p.add_argument("--rounds", type=int, default=3, help="requests per client (3: ramp-up, scored, drain)")
+    p.add_argument("--ramp", choices=["none", "request"], default="none",
+                   help="client start: staggered over one predicted request duration, or all at t=0")
+    p.add_argument("--sample", type=int, help="replay a random sample of N selected rows (seeded, reproducible)")
     p.add_argument("--workers", type=int, default=1, help="parallel processes")
     p.add_argument("--out", default="results/validate_silicon", help="output folder")
     p.add_argument("--no-plots", action="store_true", help="skip the figure")
@@ -46,6 +49,8 @@ def run(args) -> int:
         raise ConfigError("--limit must be at least 1")
     if args.rounds < 1:
         raise ConfigError("--rounds must be at least 1")
+    if args.sample is not None and args.sample < 1:
+        raise ConfigError("--sample must be at least 1")
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
     bad = [b for b in args.backends or [] if b not in kd.FRAMEWORKS]
@@ -65,16 +70,18 @@ def run(args) -> int:
     if not len(rows):
         raise ConfigError("no row of the csv matches the filters (or every match was skipped: "
                           + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
+    if args.sample is not None and args.sample < len(rows):
+        rows = rows.sample(args.sample, random_state=0).sort_index().reset_index(drop=True)
     models = COST_MODELS[args.cost_model]
-    tasks = [(r.to_dict(), cm, args.rounds) for _, r in rows.iterrows() for cm in models]
+    tasks = [(r.to_dict(), cm, args.rounds, (), args.ramp) for _, r in rows.iterrows() for cm in models]
     results = _map(silicon.replay, tasks, args.workers, not args.quiet)
     errors: Counter = Counter()
-    for (row, cm, _), res in zip(tasks, results):
+    for task, res in zip(tasks, results):
         if "error" in res:
-            errors[f"{cm}: {res['error']}"] += 1
+            errors[f"{task[1]}: {res['error']}"] += 1
     out = rows.assign(bucket=rows["concurrency"].map(silicon.bucket))
     for cm in models:
-        res = [r for (_, m, _), r in zip(tasks, results) if m == cm]
+        res = [r for task, r in zip(tasks, results) if task[1] == cm]
         out[f"{cm}_ttft_ms"] = [r.get("ttft_ms") for r in res]
         out[f"{cm}_tpot_ms"] = [r.get("tpot_ms") for r in res]
     keep = ["id", "model_path", "model", "system", "hardware", "backend", "backend_version", "precision", "dtype",
@@ -94,7 +101,7 @@ def run(args) -> int:
     summary = {"csv": f"aiconfigurator-core {kd.package_version()} systems/silicon_sample.csv",
                "filters": {"models": args.models, "systems": args.systems, "backends": args.backends,
                            "mode": args.mode, "limit": args.limit},
-               "rounds": args.rounds, "rows_selected": int(len(rows)), "rows_scored": int(len(scored)),
+               "rounds": args.rounds, "ramp": args.ramp, "sample": args.sample, "rows_selected": int(len(rows)), "rows_scored": int(len(scored)),
                "skipped": skipped_all, "scores": scores}
     (dest / "summary.json").write_text(json.dumps(summary, indent=2))
     if not args.no_plots and len(scored):

@@ -4,19 +4,26 @@ closed-loop benchmarks, and scoring the simulator's TTFT and TPOT against them
 
 Each aggregated row is a benchmark at fixed concurrency: ``batch_size`` clients (equal to the
 ``silicon_concurrency`` recorded in ``silicon_data_source`` on every row) send requests of exactly
-``isl`` prompt and ``osl`` output tokens with no think time. A real benchmark's ramp-up starts
-the clients at different moments; here client i starts at i/N of the predicted duration of one
-request, so the batch holds requests at every stage of their lives (steady state) instead of
-N requests advancing in lock-step. ``rounds`` x N requests are simulated; the first N (ramp-up)
-and the last N (drain, fewer than N clients active) are left out, the middle ones scored
-(all of them with fewer than 3 rounds). Measured values are the rows' mean TTFT and TPOT.
+``isl`` prompt and ``osl`` output tokens with no think time. ``rounds`` x N requests are
+simulated; the first N (ramp-up) and the last N (drain, fewer than N clients active) are left
+out, the middle ones scored (all of them with fewer than 3 rounds). Measured values are the
+rows' mean TTFT and TPOT.
+
+Client start (``ramp``): ``none`` (default) starts all N clients at t = 0, as benchmark clients
+with a concurrency limit do (``vllm bench serve --max-concurrency``, genai-perf/aiperf
+``--concurrency``); the engine's token budget then admits the first wave's prompts over several
+steps, so the waves that follow are staggered in groups as in the real engine, not in
+lock-step. ``request`` staggers client i's first request by i/N of one predicted request
+duration (every stage of a request's life present in the batch: the least bunched arrivals).
 
 Row -> config: ``model_path`` -> catalog model through its aliases (an ``-Instruct``, ``-FP8``
 or ``-NVFP4`` suffix names the same architecture); ``system`` -> catalog GPU
 (``kerneldb_data.SYSTEMS``); ``precision`` -> ``dtype`` (empty: bf16, the checkpoint's dtype);
 ``backend`` -> ``cost.framework`` (the database's newest version of it; the row's own
-version is recorded, not matched); ``tp_size`` -> ``parallelism.tp``. The scheduler is vLLM's
-(chunked prefill, 8192-token budget) with ``max_num_seqs`` at least the concurrency. Rows that
+version is recorded, not matched); ``tp_size`` -> ``parallelism.tp``. The scheduler is vLLM
+V1's (``vllm_v1``: running requests first, then prompt chunks, in one 8192-token budget: also
+how SGLang's chunked prefill and TRT-LLM's in-flight batching fill a step) with
+``max_num_seqs`` at least the concurrency. Rows that
 cannot be replayed are counted by reason.
 """
 from __future__ import annotations
@@ -114,7 +121,7 @@ def row_config(r, cost_model: str) -> dict:
     return {
         "model": r["model"], "hardware": r["hardware"], "dtype": r["dtype"],
         "parallelism": {"tp": int(r["tp"])},
-        "scheduler": {"name": "vllm", "max_num_seqs": max(256, c)},
+        "scheduler": {"name": "vllm_v1", "max_num_seqs": max(256, c)},
         "workload": {"num_requests": c, "prompt": {"kind": "fixed", "value": int(r["isl"])},
                      "output": {"kind": "fixed", "value": int(r["osl"])},
                      "closed_loop": {"clients": c, "think_time_s": 0.0, "think": "fixed"}},
@@ -138,11 +145,17 @@ def _ramp(cfg) -> float:
     return prefill + osl * decode
 
 
+RAMPS = ("none", "request")
+
+
 def replay(task: tuple) -> dict:
     """One row under one cost model: {ttft_ms, tpot_ms} predicted, or {error}. ``task`` is
-    (row dict, cost model, rounds[, extra ``key=value`` overrides])."""
+    (row dict, cost model, rounds[, extra ``key=value`` overrides[, ramp]]); ramp ``request``
+    staggers the clients' first requests over one predicted request duration, ``none`` starts
+    them all at t = 0 (as ``vllm bench serve --max-concurrency N`` does)."""
     row, cost_model, rounds = task[:3]
     extra = list(task[3]) if len(task) > 3 else []
+    ramp_kind = task[4] if len(task) > 4 else "none"
     from sim.api import simulate
     from sim.config import load_config
     from sim.errors import ServesimError
@@ -150,7 +163,7 @@ def replay(task: tuple) -> dict:
     try:
         cfg = load_config(row_config(row, cost_model), extra)
         c = int(row["concurrency"])
-        ramp = _ramp(cfg)
+        ramp = _ramp(cfg) if ramp_kind == "request" else 0.0
         cfg = load_config(cfg, [f"workload.num_requests={rounds * c}",
                                 f"workload.closed_loop.ramp_up_s={ramp}"])
         res = simulate(cfg, plots=False, progress=False)
