@@ -103,12 +103,12 @@ class Engine:
         self.hw = get_hardware(cfg.hardware)
         knobs = cfg.scheduler.knobs()
         tp, pp = cfg.parallelism.tp, cfg.parallelism.pp
-        kv_dtype = cfg.kv.dtype or cfg.dtype
+        kv_dtype = cfg.kv_dtype
         self.mem = plan_memory(
             self.model, self.hw, tp=tp, pp=pp, dtype=cfg.dtype, kv_dtype=kv_dtype, block_size=cfg.kv.block_size,
             gpu_memory_utilization=cfg.kv.gpu_memory_utilization, max_num_batched_tokens=knobs.max_num_batched_tokens,
             max_num_seqs=knobs.max_num_seqs, runtime_overhead_gib=cfg.kv.runtime_overhead_gib,
-            num_gpu_blocks=cfg.kv.num_gpu_blocks)
+            num_gpu_blocks=cfg.kv.num_gpu_blocks, act_dtype=cfg.precision.activations)
         self.cost = make_cost_model(cfg, self.model, self.hw)
         sched_cls = REGISTRY[cfg.scheduler.name]
         self.replicas = []

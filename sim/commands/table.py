@@ -40,6 +40,11 @@ def print_summary(s: dict, cfg) -> None:
     if pc.get("enabled"):
         print(f"prefix cache ({pc['eviction']}): hit rate {100 * (pc['hit_rate'] or 0):.1f}% of prompt tokens, "
               f"{pc['saved_prefill_tokens']:,} prefill tokens saved")
+    pr, kv = s.get("precision"), s.get("kv") or {}
+    if pr:
+        print(f"precision: weights {pr['weights']}, activations {pr['activations']}, KV cache {pr['kv_cache']}, "
+              f"all-reduce {pr['communication']} | KV cache {kv.get('num_gpu_blocks', 0):,} blocks per GPU "
+              f"from {kv.get('gpu_gib', 0):g} GiB")
     sim = s["sim"]
     print(f"simulated {sim['simulated_s']:,.1f} s in {sim['steps']:,} steps, wall {sim['wall_s']:.2f} s")
     if sim.get("out_of_range_queries"):

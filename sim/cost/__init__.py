@@ -17,8 +17,8 @@ def make_cost_model(cfg, model, hw) -> CostModel:
     profiled GPUs writes ``roofline_params.json`` there), those fitted factors, so unprofiled GPUs
     improve from the profiled ones."""
     params = RooflineParams(**cfg.cost.roofline.model_dump())
-    kw = dict(tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype, kv_dtype=cfg.kv.dtype or cfg.dtype,
-              block_size=cfg.kv.block_size)
+    kw = dict(tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype, kv_dtype=cfg.kv_dtype,
+              block_size=cfg.kv.block_size, act_dtype=cfg.precision.activations, comm_dtype=cfg.comm_dtype)
     if cfg.cost.model == "kerneldb":
         return _kerneldb(cfg, model, hw, params, kw)
     if cfg.cost.model != "roofline":
@@ -69,6 +69,13 @@ def _kerneldb(cfg, model, hw, params: RooflineParams, kw: dict):
 
     c = cfg.cost
     if package_root() is None and c.model == "auto":
+        return None
+    lacking = [what for what, has in (("MLA attention", model.is_mla), ("shared experts", model.num_shared_experts),
+                                      ("dense first layers", model.first_dense_layers)) if has]
+    if lacking:  # the database model composes a step of GQA layers with one MLP kind
+        if c.model == "kerneldb":
+            raise ConfigError(f"cost.model kerneldb: {model.id} has {', '.join(lacking)}, which the kernel-database "
+                              f"model does not price yet; use cost.model roofline or auto")
         return None
     try:
         cm = load_kerneldb_cost_model(model, hw, framework=c.framework, version=c.framework_version,

@@ -299,7 +299,7 @@ class KernelDbCostModel(RooflineCostModel):
 
 def load_kerneldb_cost_model(model, hw, *, framework: str, version: str | None = None, params=None,
                              tp: int = 1, pp: int = 1, dtype: str = "bf16", kv_dtype: str | None = None,
-                             block_size: int = 16, use_cache: bool = True) -> KernelDbCostModel:
+                             block_size: int = 16, use_cache: bool = True, **precision) -> KernelDbCostModel:
     """The database model for (GPU, framework, version); raises KernelDbUnavailable with the reason
     when the package is missing or does not cover the request."""
     from dataclasses import replace
@@ -317,7 +317,8 @@ def load_kerneldb_cost_model(model, hw, *, framework: str, version: str | None =
         params = replace(params, cpu_step_s=ov[0], cpu_per_seq_s=ov[1])
         src = ov[2]
     cm = KernelDbCostModel(model, hw, framework=framework, version=version, system=system, arrays=arrays, tp=tp,
-                           pp=pp, dtype=dtype, kv_dtype=kv_dtype, block_size=block_size, params=params)
+                           pp=pp, dtype=dtype, kv_dtype=kv_dtype, block_size=block_size, params=params,
+                           **precision)
     cm.overhead_source = src
     cm.params_source = f"{SOURCE} {kd.package_version()} ({system}, {framework} {version}); overhead: {src}"
     return cm
