@@ -198,7 +198,7 @@ class Engine:
         """Decode fast-forward from a steady decode ``plan`` (a generator the loop yields from)."""
         lifecycle.commit(plan, self.by_id, start)
         reqs = [self.by_id[rid] for rid in plan.num_new_tokens]
-        run = decode_run(reqs, rep.kv, rep.cost, start, self.next_arrival_for(rep))
+        run = decode_run(reqs, rep.kv, rep.cost, start, self.next_arrival_for(rep), self.steps.keep_rows)
         waiting = len(rep.scheduler.waiting)  # arrivals can land only in the run's last step
         yield _At(self.env, run.times[-1])
         for r in lifecycle.complete_run(reqs, run.times, run.steps, self.itl):

@@ -26,14 +26,14 @@ class DecodeRun:
 
     reqs: list
     times: list  # steps + 1 entries: each step's start, then the last step's end
-    columns: dict  # "total" and each component: one value per step
+    columns: dict | None  # "total" and each component, one value per step (None: not asked for)
     used: list  # KV blocks in use after each step's allocations
     source: str
     steps: int
 
 
-VECTOR_RUN = 48
-"""Decode runs expected to last at least this many steps are priced with numpy arrays."""
+FIRST_CHUNK = 24
+"""Steps priced in the first go when a run may end at an arrival (runs are usually short)."""
 
 
 def steady_decode(sched, plan, by_id: dict) -> bool:
@@ -49,27 +49,65 @@ def steady_decode(sched, plan, by_id: dict) -> bool:
     return True
 
 
-def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: float) -> DecodeRun:
+def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: float,
+               columns: bool = True) -> DecodeRun:
     """The steps of a steady decode batch ``reqs`` starting at ``start``, up to the first of (a
-    request finishes, ``arrival``: the earliest time a request can reach this replica, a block
-    the pool cannot give), with per-request work only at the ends. Blocks are allocated as the
-    steps need them; request state is left to ``lifecycle.complete_run``."""
+    request finishes, a step that would start at or after ``arrival``: the earliest time a
+    request can reach this replica, a block the pool cannot give), with per-request work only
+    at the ends. Blocks are allocated as the steps need them; request state is left to
+    ``lifecycle.complete_run``. ``columns``: also return each step's time breakdown."""
     n = len(reqs)
     horizon = min(r.output_tokens - r.num_generated for r in reqs)
     kv_tokens = sum(r.num_computed for r in reqs) + n
     longest = max(r.num_computed for r in reqs) + 1
     grower = BlockGrower(kv, reqs)
+    times = _clock(cost, n, kv_tokens, longest, horizon, start, arrival)
+    if times is None:  # no side-effect-free series: step by step (table lookups count each query)
+        return _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival)
+    k_end = grower.grow_until(len(times) - 1)
+    del times[k_end + 1:]
+    cols = None
+    if columns:
+        series = cost.decode_series(n, kv_tokens, longest, k_end)
+        cols = {c: series[c].tolist() for c in ("total", *COMPONENTS)}
+    return DecodeRun(reqs, times, cols, grower.used(k_end), cost.source, k_end)
+
+
+def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: float, arrival: float) -> list | None:
+    """Start times of the run's steps up to ``horizon`` or the first step (after the first) that
+    would start at or after ``arrival``, then the end of the last: the clock simpy would keep
+    (sequential sums). Prices in chunks: a short list first, then longer arrays."""
+    times, t, done = [start], start, 0
+    m = horizon if arrival == float("inf") else FIRST_CHUNK
+    while done < horizon:
+        m = min(m, horizon - done)
+        tot = cost.decode_totals(n, kv_tokens + done * n, longest + done, m)
+        if tot is None:
+            return None
+        if isinstance(tot, list):
+            for x in tot:
+                if done and t >= arrival:
+                    return times
+                t += x
+                times.append(t)
+                done += 1
+        else:
+            cum = np.cumsum(np.concatenate(([t], tot)))  # sequential, like simpy's clock
+            late = np.flatnonzero(cum[:m] >= arrival)
+            if late.size and done + late[0] == 0:  # the run's first step always runs
+                late = late[1:]
+            if late.size:
+                times.extend(cum[1: int(late[0]) + 1].tolist())
+                return times
+            times.extend(cum[1:].tolist())
+            t, done = times[-1], done + m
+        m *= 4
+    return times
+
+
+def _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival) -> DecodeRun:
     st = cost.decode_step(n, kv_tokens, longest)
-    # long runs: vectorised prices (when the cost model has them); short ones: step by step
-    expect = horizon if arrival == float("inf") else min(horizon, int((arrival - start) / st.total) + 2)
-    series = cost.decode_series(n, kv_tokens, longest, horizon) if expect >= VECTOR_RUN else None
-    if series is not None:  # cut at the arrival, then at a block shortage
-        times = np.cumsum(np.concatenate(([start], series["total"])))  # sequential, like simpy's clock
-        late = np.flatnonzero(times[1:horizon] >= arrival)
-        k_end = grower.grow_until(int(late[0]) + 1 if late.size else horizon)
-        cols = {c: series[c][:k_end].tolist() for c in ("total", *COMPONENTS)}
-        return DecodeRun(reqs, times[: k_end + 1].tolist(), cols, grower.used(k_end), series["source"], k_end)
-    sts, times, t = [st], [start], start + st.total  # step by step (table lookups count each query)
+    sts, times, t = [st], [start], start + st.total
     heap, price = grower.heap, cost.decode_step
     for k in range(1, horizon):
         if t >= arrival or (heap[0][0] == k and grower.grow_until(k + 1) == k):

@@ -73,6 +73,10 @@ class RooflineParams:
         return asdict(self)
 
 
+VECTOR_STEPS = 48
+"""``decode_totals`` of at least this many steps are computed with numpy arrays."""
+
+
 class RooflineCostModel:
     """Roofline pricing of every operator; subclasses override single operators.
 
@@ -215,21 +219,57 @@ class RooflineCostModel:
         without building it (the engine's decode fast-forward prices many such steps)."""
         return self._price(num_seqs, num_seqs, (), num_seqs, kv_tokens, longest, 0)
 
-    def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict | None:
-        """``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by num_seqs, longest
-        by 1 each step) as arrays, with the same floating-point operations, so the values are
-        identical; None for subclasses that price decode attention otherwise. No side effects
-        (the roofline has no calibrated range to leave)."""
-        if type(self).attn_decode is not RooflineCostModel.attn_decode or type(self)._dense_part is not RooflineCostModel._dense_part:
+    def _plain_decode(self) -> bool:
+        """True when decode steps are priced by this class's own roofline (subclasses that
+        price decode attention or the dense part otherwise get no vectorised series)."""
+        return (type(self).attn_decode is RooflineCostModel.attn_decode
+                and type(self)._dense_part is RooflineCostModel._dense_part)
+
+    def decode_totals(self, num_seqs: int, kv_tokens: int, longest: int, steps: int):
+        """The ``total`` of ``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by
+        num_seqs, longest by 1 each step), with the same floating-point operations, so the
+        values are identical: a list for short runs, a numpy array for long ones; None for
+        subclasses that price decode attention otherwise. No side effects."""
+        if not self._plain_decode():
             return None
-        n, s = num_seqs, self.shapes
+        n, s, p = num_seqs, self.shapes, self.p
         gemm, other, comm, _ = self._dense_part(n, n)
-        kv = kv_tokens + n * np.arange(steps, dtype=np.int64)
+        cpu = p.cpu_step_s + p.cpu_per_seq_s * n
+        L = self.model.num_layers
+        if steps >= VECTOR_STEPS:
+            ad = L * self._attn_decode_array(n, kv_tokens + n * np.arange(steps, dtype=np.int64))
+            return gemm + 0.0 + ad + comm + other + cpu + 0.0
+        # the operations of attn_decode / _roof / _price, in the same order, one step at a time
+        cf = 4.0 * s.q_heads * s.head_dim
+        kb, kvb = 2 * s.kv_heads * s.head_dim, self.kvb
+        fixed = n * 2 * s.q_heads * s.head_dim * self.b
+        d_att, d_mem, floor = self.peak * p.attn_eff, self.bw * p.mem_eff, p.kernel_floor_s
+        out = []
+        for kv in range(kv_tokens, kv_tokens + n * steps, n):
+            a = cf * kv / d_att
+            b = (kv * kb * kvb + fixed) / d_mem
+            att = a if a > b else b
+            if floor > att:
+                att = floor
+            out.append(gemm + 0.0 + L * att + comm + other + cpu + 0.0)
+        return out
+
+    def _attn_decode_array(self, n: int, kv: np.ndarray) -> np.ndarray:
+        s = self.shapes
         flops = 4.0 * s.q_heads * s.head_dim * kv
         nbytes = kv * 2 * s.kv_heads * s.head_dim * self.kvb + n * 2 * s.q_heads * s.head_dim * self.b
-        att = np.maximum(np.maximum(flops / (self.peak * self.p.attn_eff), nbytes / (self.bw * self.p.mem_eff)),
-                         self.p.kernel_floor_s)
-        ad = self.model.num_layers * att
+        return np.maximum(np.maximum(flops / (self.peak * self.p.attn_eff), nbytes / (self.bw * self.p.mem_eff)),
+                          self.p.kernel_floor_s)
+
+    def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict | None:
+        """``decode_step`` for ``steps`` consecutive steps as arrays (``total`` and each
+        component), identical values; None where ``decode_totals`` is None. No side effects
+        (the roofline has no calibrated range to leave)."""
+        if not self._plain_decode():
+            return None
+        n = num_seqs
+        gemm, other, comm, _ = self._dense_part(n, n)
+        ad = self.model.num_layers * self._attn_decode_array(n, kv_tokens + n * np.arange(steps, dtype=np.int64))
         cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n
         total = gemm + 0.0 + ad + comm + other + cpu + 0.0
         full = lambda v: np.full(steps, v)  # noqa: E731
