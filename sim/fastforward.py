@@ -151,7 +151,7 @@ class BlockGrower:
                 return k
             for i in sorted(need):
                 r = self.reqs[i]
-                if not kv.allocate(r.id, r.num_computed + 1 + k):
+                if not kv.grow_one(r.id, r.num_computed + 1 + k):
                     raise RuntimeError(f"KV manager refused a block it said it had (request {r.id})")
                 heapq.heappush(heap, (len(tables[r.id]) * bs - r.num_computed, i))
             self.changes.append((k, kv.num_used))
