@@ -25,6 +25,7 @@ from sim.cost import make_cost_model
 from sim.cost.memory import plan_memory
 from sim.fastforward import decode_run, steady_decode
 from sim.kv import KVManager, make_kv_manager
+from sim.metrics.requestlog import RequestLog
 from sim.metrics.steplog import ItlLog, StepLog
 from sim.request import Request
 from sim.scheduler import REGISTRY
@@ -37,7 +38,8 @@ class SimOutput:
     """Everything a run produced, as plain values (records for the metrics stage)."""
 
     config: Config
-    requests: list[Request]
+    requests: RequestLog
+    """One row per arrived request (the Request objects are dropped as requests leave)."""
     steps: StepLog
     itl: ItlLog
     """Inter-token gaps, stored weighted (distinct gaps with the tokens that had each)."""
@@ -124,8 +126,9 @@ class Engine:
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
         self.rng = np.random.default_rng(cfg.seed)
         self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
-        self.requests: list[Request] = []
-        self.by_id: dict[int, Request] = {}
+        self.requests = RequestLog()  # rows of the requests that left
+        self.by_id: dict[int, Request] = {}  # the requests in flight
+        self.admitted = 0
         self.steps = StepLog(keep_rows=cfg.output.step_records)
         self.itl = ItlLog()
         # decode fast-forward: exact, so on by default; needs the next arrival time, which only
@@ -145,7 +148,8 @@ class Engine:
         if spec.max_output_tokens is None:
             spec = replace(spec, max_output_tokens=max(1, ctx - spec.prompt_tokens))
         req = Request(spec)
-        self.requests.append(req)
+        req.order = self.admitted
+        self.admitted += 1
         self.by_id[req.id] = req
         if spec.prompt_tokens + spec.output_tokens > ctx:
             return self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} tokens exceed "
@@ -166,7 +170,10 @@ class Engine:
         self._done(req)
 
     def _done(self, req: Request) -> None:
-        """``req`` finished or was rejected: wake its closed-loop client, count progress."""
+        """``req`` finished or was rejected: its row is written and its object dropped; wake its
+        closed-loop client, count progress."""
+        self.requests.add(req, req.order)
+        del self.by_id[req.id]
         if self.done_events:
             ev = self.done_events.pop(req.id, None)
             if ev is not None:
@@ -275,7 +282,7 @@ class Engine:
                 if budget[0] <= 0:
                     return
                 budget[0] -= 1
-            rid = len(self.requests)
+            rid = self.admitted
             done = self.done_events[rid] = env.event()
             self.admit(RequestSpec(id=rid, arrival_s=env.now, prompt_tokens=prompt, output_tokens=output,
                                    session_id=f"client-{c}"))
@@ -317,6 +324,8 @@ class Engine:
         for rep in self.replicas:
             self.env.process(self._replica(rep))
         self.env.run()
+        for r in sorted(self.by_id.values(), key=lambda r: r.order):  # unfinished: rows too
+            self.requests.add(r, r.order)
         cfg = self.cfg
         return SimOutput(
             config=cfg, requests=self.requests, steps=self.steps, itl=self.itl, memory=self.mem.as_dict(),
