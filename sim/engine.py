@@ -26,7 +26,8 @@ from sim.cost.memory import plan_memory
 from sim.fastforward import decode_run, steady_decode
 from sim.kv import KVManager, make_kv_manager
 from sim.metrics.requestlog import RequestLog
-from sim.metrics.steplog import ItlLog, StepLog
+from sim.metrics.records import ParquetSink
+from sim.metrics.steplog import ItlLog, ItlSketch, StepLog
 from sim.request import Request
 from sim.scheduler import REGISTRY
 from sim.types import BatchShape
@@ -41,8 +42,9 @@ class SimOutput:
     requests: RequestLog
     """One row per arrived request (the Request objects are dropped as requests leave)."""
     steps: StepLog
-    itl: ItlLog
-    """Inter-token gaps, stored weighted (distinct gaps with the tokens that had each)."""
+    itl: ItlLog | ItlSketch
+    """Inter-token gaps, stored weighted (distinct gaps with the tokens that had each), or their
+    sketch when streaming."""
     memory: dict
     num_gpus: int
     simulated_s: float
@@ -51,14 +53,6 @@ class SimOutput:
     cost_params: dict
     out_of_range: int
     kv_blocks_per_replica: int
-
-    @property
-    def itl_values(self):
-        return self.itl.values
-
-    @property
-    def itl_counts(self):
-        return self.itl.counts
 
 
 class Replica:
@@ -94,7 +88,7 @@ class Engine:
     applies it with ``lifecycle.complete_run``.
     """
 
-    def __init__(self, cfg: Config, progress=None, record_plans: bool = False):
+    def __init__(self, cfg: Config, progress=None, record_plans: bool = False, stream_to=None):
         self.cfg = cfg
         # record_plans: keep each step's (replica, start_s, request ids, BatchShape) in
         # ``self.plans`` (the real replay of calibration/ executes them); off by default.
@@ -126,11 +120,13 @@ class Engine:
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
         self.rng = np.random.default_rng(cfg.seed)
         self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
-        self.requests = RequestLog()  # rows of the requests that left
+        # rows of the requests that left; with output.stream they go to ``stream_to`` in chunks
+        self.sink = ParquetSink(stream_to) if stream_to is not None else None
+        self.requests = RequestLog(self.sink, cfg.output.stream_chunk_rows)
         self.by_id: dict[int, Request] = {}  # the requests in flight
         self.admitted = 0
         self.steps = StepLog(keep_rows=cfg.output.step_records)
-        self.itl = ItlLog()
+        self.itl = ItlSketch() if self.sink is not None else ItlLog()
         # decode fast-forward: exact, so on by default; needs the next arrival time, which only
         # an open-loop arrival process knows, and a router whose turns are known in advance
         self.fast_forward = (cfg.engine.fast_forward and record_plans is False and not cfg.workload.closed_loop
@@ -326,6 +322,9 @@ class Engine:
         self.env.run()
         for r in sorted(self.by_id.values(), key=lambda r: r.order):  # unfinished: rows too
             self.requests.add(r, r.order)
+        if self.sink is not None:
+            self.requests.flush()
+            self.sink.close()
         cfg = self.cfg
         return SimOutput(
             config=cfg, requests=self.requests, steps=self.steps, itl=self.itl, memory=self.mem.as_dict(),
@@ -349,6 +348,7 @@ class _At(simpy.events.Timeout):
         heapq.heappush(env._queue, (at, simpy.core.NORMAL, next(env._eid), self))
 
 
-def run_engine(cfg: Config, progress=None) -> SimOutput:
-    """Build the pipeline for ``cfg`` and run it to completion."""
-    return Engine(cfg, progress).run()
+def run_engine(cfg: Config, progress=None, stream_to=None) -> SimOutput:
+    """Build the pipeline for ``cfg`` and run it to completion (``stream_to``: the Parquet file
+    request rows are streamed to, with ``output.stream``)."""
+    return Engine(cfg, progress, stream_to=stream_to).run()

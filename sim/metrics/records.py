@@ -55,6 +55,55 @@ def frame_of(c: dict) -> pd.DataFrame:
     }, columns=REQUEST_COLUMNS)
 
 
+def _schema():
+    import pyarrow as pa
+
+    types = {"request_id": pa.int64(), "replica": pa.int32(), "preemptions": pa.int32(), "priority": pa.int32()}
+    for c in ("prompt_tokens", "output_tokens", "generated_tokens", "cached_tokens"):
+        types[c] = pa.int64()
+    for c in ("status", "slo_class", "tenant", "session_id", "reject_reason"):
+        types[c] = pa.string()
+    return pa.schema([(c, types.get(c, pa.float64())) for c in REQUEST_COLUMNS])
+
+
+class ParquetSink:
+    """Writes chunks of request rows to one Parquet file as they come (``output.stream``)."""
+
+    def __init__(self, path):
+        self.path, self.writer, self.rows = path, None, 0
+        self.schema = _schema()
+
+    def __call__(self, columns: dict) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(frame_of(columns), schema=self.schema, preserve_index=False)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, self.schema)
+        self.writer.write_table(table)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        if self.writer is None:  # no request at all: an empty file with the schema
+            import pyarrow.parquet as pq
+
+            self.writer = pq.ParquetWriter(self.path, self.schema)
+        self.writer.close()
+
+
+SUMMARY_COLUMNS = ["status", "arrival_s", "prompt_tokens", "generated_tokens", "ttft_s", "tpot_s", "e2e_s",
+                   "queue_s", "preemptions", "cached_tokens", "slo_class", "tenant", "reject_reason"]
+
+
+def read_streamed(path) -> pd.DataFrame:
+    """The columns the summary reads, back from a streamed ``requests.parquet`` (strings as
+    categoricals, so ten million rows take about 60 bytes each)."""
+    import pyarrow.parquet as pq
+
+    strings = ["status", "slo_class", "tenant", "reject_reason"]
+    return pq.read_table(path, columns=SUMMARY_COLUMNS, read_dictionary=strings).to_pandas()
+
+
 def steps_frame(out) -> pd.DataFrame:
     """One row per engine step, in order of start time (then replica): replica, time, batch,
     tokens, KV blocks used, time breakdown."""

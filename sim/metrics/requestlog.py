@@ -31,7 +31,8 @@ class RequestLog:
     """One row per request that left the simulation, in the order they left (``order`` is the
     admission order, which the frame is sorted by)."""
 
-    def __init__(self):
+    def __init__(self, sink=None, chunk_rows: int = 0):
+        self.sink, self.chunk_rows = sink, chunk_rows  # sink(columns) takes full chunks away
         self.cols: dict[str, array | list] = {}
         for c in _FLOAT:
             self.cols[c] = array("d")
@@ -68,6 +69,14 @@ class RequestLog:
         c["session_id"].append(s.session_id)
         c["reject_reason"].append(r.reject_reason)
         self.rows += 1
+        if self.sink is not None and self.rows >= self.chunk_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand the rows held so far to the sink (in admission order) and drop them."""
+        if self.sink is not None and self.rows:
+            self.sink(self.columns())
+            self.clear()
 
     def columns(self) -> dict[str, np.ndarray | list]:
         """The rows as numpy arrays (object columns as lists), in admission order."""
@@ -87,4 +96,4 @@ class RequestLog:
         return out
 
     def clear(self) -> None:
-        self.__init__()
+        self.__init__(self.sink, self.chunk_rows)
