@@ -53,6 +53,11 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
     from sim.engine import run_engine
 
     cfg = load_config(config, overrides)
+    from sim.shards import shard_refusal
+
+    why = shard_refusal(cfg)
+    if why:
+        raise ConfigError(why)
     stream_to = None
     if cfg.output.stream:  # checked before anything runs
         if out is None:
@@ -73,6 +78,9 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
     summary = summarize(sim_out, req, steps, wall)
     if stream_to:
         summary["sim"]["stream"] = stream_note(cfg)
+    if sim_out.workers > 1:
+        summary["sim"]["workers"] = (f"{sim_out.workers} processes, replica i in process i % {sim_out.workers} "
+                                     "(replicas share no state: results identical to one process)")
     summary = clean_json(summary)
     itl = None if stream_to else np.repeat(np.asarray(sim_out.itl.values, float), np.asarray(sim_out.itl.counts, np.int64))
     res = Results(summary, req, steps, cfg, itl)

@@ -117,6 +117,10 @@ class EngineSection(_Strict):
     fast_forward: bool = Field(default=True, description=(
         "price runs of identical decode steps without per-request work between their ends; "
         "exact (same results as step by step), only faster"))
+    workers: int = Field(default=1, ge=1, le=256, description=(
+        "processes that share the replicas when they share no state (a router that reads no "
+        "load and knows its turns, i.e. round_robin; no disaggregation; open-loop arrivals); "
+        "results are identical to one process"))
 
 
 class Output(_Strict):

@@ -53,6 +53,7 @@ class SimOutput:
     cost_params: dict
     out_of_range: int
     kv_blocks_per_replica: int
+    workers: int = 1  # processes the replicas ran in (engine.workers)
 
 
 class Replica:
@@ -88,8 +89,12 @@ class Engine:
     applies it with ``lifecycle.complete_run``.
     """
 
-    def __init__(self, cfg: Config, progress=None, record_plans: bool = False, stream_to=None):
+    def __init__(self, cfg: Config, progress=None, record_plans: bool = False, stream_to=None,
+                 shard: tuple[int, int] = (0, 1)):
         self.cfg = cfg
+        # shard (w, n): this process simulates replicas i with i % n == w (see ``run_engine``)
+        self.shard = shard
+        self.own = {i for i in range(cfg.cluster.replicas) if i % shard[1] == shard[0]}
         # record_plans: keep each step's (replica, start_s, request ids, BatchShape) in
         # ``self.plans`` (the real replay of calibration/ executes them); off by default.
         self.plans: list | None = [] if record_plans else None
@@ -139,27 +144,39 @@ class Engine:
 
     # ------------------------------------------------------------------ admission
     def admit(self, spec) -> None:
-        """An arrival: reject it with a reason, or route it to a replica's scheduler."""
+        """An arrival: reject it with a reason, or route it to a replica's scheduler. (A shard
+        keeps only the requests routed to its replicas, and shard 0 the ones rejected before
+        routing.)"""
         ctx = self.model.max_context
+        order = self.admitted
+        self.admitted += 1
         if spec.max_output_tokens is None:
             spec = replace(spec, max_output_tokens=max(1, ctx - spec.prompt_tokens))
-        req = Request(spec)
-        req.order = self.admitted
-        self.admitted += 1
-        self.by_id[req.id] = req
         if spec.prompt_tokens + spec.output_tokens > ctx:
+            if self.shard[0]:
+                return
+            req = self._new(spec, order)
             return self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} tokens exceed "
                                      f"{self.model.id}'s context of {ctx}")
         pool = self.entry_pool
         loads = [ReplicaLoad(len(r.scheduler.waiting), len(r.scheduler.running), r.kv.num_used / r.kv.num_blocks)
                  for r in pool] if self.route.reads_load else pool
         rep = pool[self.route(spec, loads, self.route_state)]
+        if rep.idx not in self.own:
+            return
+        req = self._new(spec, order)
         req.replica = rep.idx
         reason = rep.scheduler.reject_reason(req)
         if reason:
             return self._reject(req, reason)
         rep.scheduler.add(req)
         rep.poke()
+
+    def _new(self, spec, order: int) -> Request:
+        req = Request(spec)
+        req.order = order
+        self.by_id[req.id] = req
+        return req
 
     def _reject(self, req: Request, reason: str) -> None:
         lifecycle.reject(req, reason)
@@ -318,7 +335,8 @@ class Engine:
     def run(self) -> SimOutput:
         self.env.process(self._clients() if self.cfg.workload.closed_loop else self._arrivals())
         for rep in self.replicas:
-            self.env.process(self._replica(rep))
+            if rep.idx in self.own:
+                self.env.process(self._replica(rep))
         self.env.run()
         for r in sorted(self.by_id.values(), key=lambda r: r.order):  # unfinished: rows too
             self.requests.add(r, r.order)
@@ -350,5 +368,16 @@ class _At(simpy.events.Timeout):
 
 def run_engine(cfg: Config, progress=None, stream_to=None) -> SimOutput:
     """Build the pipeline for ``cfg`` and run it to completion (``stream_to``: the Parquet file
-    request rows are streamed to, with ``output.stream``)."""
+    request rows are streamed to, with ``output.stream``). With ``engine.workers`` > 1 the
+    replicas are shared out over processes (``sim.shards``)."""
+    workers = min(cfg.engine.workers, cfg.cluster.replicas)
+    if workers > 1:
+        from sim.shards import run_sharded
+
+        return run_sharded(cfg, workers, progress)
     return Engine(cfg, progress, stream_to=stream_to).run()
+
+
+def run_shard(cfg: Config, shard: tuple[int, int]) -> SimOutput:
+    """One process's part of a sharded run (no progress bar, no streaming)."""
+    return Engine(cfg, shard=shard).run()

@@ -81,3 +81,22 @@ def test_request_rows_are_in_arrival_order_with_every_request():
     req = res.requests
     assert len(req) == 120 and np.all(np.diff(req["arrival_s"].to_numpy()) >= 0)
     assert sorted(req["request_id"]) == list(range(120))
+
+
+def test_workers_give_identical_results():
+    cfg = tiny_config(cluster={"replicas": 3}, workload=uniform_workload(40.0, 300, 400, 60), kv={"num_gpu_blocks": 300})
+    one = simulate(cfg)
+    two = simulate({**cfg, "engine": {"workers": 2}})
+    pd.testing.assert_frame_equal(one.requests, two.requests)
+    pd.testing.assert_frame_equal(one.steps, two.steps)
+    a, b = dict(one.summary), dict(two.summary)
+    a["sim"] = {k: v for k, v in a["sim"].items() if k != "wall_s"}
+    b["sim"] = {k: v for k, v in b["sim"].items() if k not in ("wall_s", "workers")}
+    assert a == b and "identical" in two.summary["sim"]["workers"]
+
+
+@pytest.mark.parametrize("section,why", [({"cluster": {"replicas": 2, "router": "least_loaded"}}, "round_robin"),
+                                         ({"cluster": {"replicas": 3, "prefill_replicas": 1}}, "disaggregated")])
+def test_workers_refused_where_replicas_share_state(section, why):
+    with pytest.raises(ConfigError, match=why):
+        simulate(tiny_config(engine={"workers": 2}, **section))
