@@ -10,7 +10,6 @@ a time (tests/test_fast_forward.py).
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,9 +107,9 @@ def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: floa
 def _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival) -> DecodeRun:
     st = cost.decode_step(n, kv_tokens, longest)
     sts, times, t = [st], [start], start + st.total
-    heap, price = grower.heap, cost.decode_step
+    due, price = grower.due, cost.decode_step
     for k in range(1, horizon):
-        if t >= arrival or (heap[0][0] == k and grower.grow_until(k + 1) == k):
+        if t >= arrival or (min(due) == k and grower.grow_until(k + 1) == k):
             break
         times.append(t)
         st = price(n, kv_tokens + k * n, longest + k)
@@ -130,31 +129,38 @@ class BlockGrower:
     def __init__(self, kv: KVManager, reqs: list[Request]):
         self.kv, self.reqs = kv, reqs
         bs, tables = kv.block_size, kv.tables
-        # (step at which request i needs its next block, i): the step whose token overflows its table
-        self.heap = [(len(tables[r.id]) * bs - r.num_computed, i) for i, r in enumerate(reqs)]
-        heapq.heapify(self.heap)
+        # the step at which request i needs its next block: the step whose token overflows its table
+        self.due = [len(tables[r.id]) * bs - r.num_computed for r in reqs]
         self.start_used = kv.num_used
         self.changes: list[tuple[int, int]] = []
 
     def grow_until(self, k_end: int) -> int:
         """Allocate for the steps before ``k_end``; returns the first step the pool cannot give
         (``k_end`` if it can give them all)."""
-        kv, heap, bs, tables = self.kv, self.heap, self.kv.block_size, self.kv.tables
-        while heap and heap[0][0] < k_end:
-            k = heap[0][0]
-            need = []
-            while heap and heap[0][0] == k:
-                need.append(heapq.heappop(heap)[1])
-            if not kv.can_allocate(len(need)):  # each needs exactly one block
-                for i in need:
-                    heapq.heappush(heap, (k, i))
+        kv, bs, due, reqs = self.kv, self.kv.block_size, self.due, self.reqs
+        events = []  # (step, request index): every block needed before k_end, in allocation order
+        for i, k in enumerate(due):
+            while k < k_end:
+                events.append((k, i))
+                k += bs
+        if not events:
+            return k_end
+        events.sort()
+        j, m = 0, len(events)
+        while j < m:
+            k = events[j][0]
+            e = j + 1
+            while e < m and events[e][0] == k:
+                e += 1
+            if not kv.can_allocate(e - j):  # each needs exactly one block
                 return k
-            for i in sorted(need):
-                r = self.reqs[i]
+            for _, i in events[j:e]:
+                r = reqs[i]
                 if not kv.grow_one(r.id, r.num_computed + 1 + k):
                     raise RuntimeError(f"KV manager refused a block it said it had (request {r.id})")
-                heapq.heappush(heap, (len(tables[r.id]) * bs - r.num_computed, i))
+                due[i] = k + bs
             self.changes.append((k, kv.num_used))
+            j = e
         return k_end
 
     def used(self, steps: int) -> list[int]:
