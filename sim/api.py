@@ -25,9 +25,17 @@ class Results:
     requests: pd.DataFrame
     steps: pd.DataFrame
     config: Config
-    itl_s: np.ndarray | None = None
-    """Every inter-token gap of every request (seconds), pooled: the ITL distribution."""
+    itl: object = None
+    """The ITL log (distinct gaps with their token counts); None for a streamed run."""
     out_dir: Path | None = None
+
+    @property
+    def itl_s(self) -> np.ndarray | None:
+        """Every inter-token gap of every request (seconds), pooled: the ITL distribution,
+        expanded on demand (one value per output token: large for runs of millions)."""
+        if self.itl is None:
+            return None
+        return np.repeat(np.asarray(self.itl.values, float), np.asarray(self.itl.counts, np.int64))
 
 
 def _progress(cfg: Config, enabled: bool | None):
@@ -82,8 +90,7 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
         summary["sim"]["workers"] = (f"{sim_out.workers} processes, replica i in process i % {sim_out.workers} "
                                      "(replicas share no state: results identical to one process)")
     summary = clean_json(summary)
-    itl = None if stream_to else np.repeat(np.asarray(sim_out.itl.values, float), np.asarray(sim_out.itl.counts, np.int64))
-    res = Results(summary, req, steps, cfg, itl)
+    res = Results(summary, req, steps, cfg, None if stream_to else sim_out.itl)
     if out is not None:
         write_results(res, Path(out), plots=cfg.output.plots if plots is None else plots)
     return res
