@@ -54,6 +54,8 @@ class SimOutput:
     out_of_range: int
     kv_blocks_per_replica: int
     workers: int = 1  # processes the replicas ran in (engine.workers)
+    cost_info: dict | None = None
+    """What priced the run, when the cost model describes itself (the kernel database does)."""
 
 
 class Replica:
@@ -102,12 +104,12 @@ class Engine:
         self.hw = get_hardware(cfg.hardware)
         knobs = cfg.scheduler.knobs()
         tp, pp = cfg.parallelism.tp, cfg.parallelism.pp
-        kv_dtype = cfg.kv.dtype or cfg.dtype
+        kv_dtype = cfg.kv_dtype
         self.mem = plan_memory(
             self.model, self.hw, tp=tp, pp=pp, dtype=cfg.dtype, kv_dtype=kv_dtype, block_size=cfg.kv.block_size,
             gpu_memory_utilization=cfg.kv.gpu_memory_utilization, max_num_batched_tokens=knobs.max_num_batched_tokens,
             max_num_seqs=knobs.max_num_seqs, runtime_overhead_gib=cfg.kv.runtime_overhead_gib,
-            num_gpu_blocks=cfg.kv.num_gpu_blocks)
+            num_gpu_blocks=cfg.kv.num_gpu_blocks, act_dtype=cfg.precision.activations)
         self.cost = make_cost_model(cfg, self.model, self.hw)
         sched_cls = REGISTRY[cfg.scheduler.name]
         self.replicas = []
@@ -132,10 +134,13 @@ class Engine:
         self.admitted = 0
         self.steps = StepLog(keep_rows=cfg.output.step_records)
         self.itl = ItlSketch() if self.sink is not None else ItlLog()
-        # decode fast-forward: exact, so on by default; needs the next arrival time, which only
-        # an open-loop arrival process knows, and a router whose turns are known in advance
-        self.fast_forward = (cfg.engine.fast_forward and record_plans is False and not cfg.workload.closed_loop
+        # decode fast-forward: exact, so on by default; needs the next arrival time (open loop:
+        # the read-ahead; closed loop: the clients' pending ramp-up and think timeouts, since a
+        # client waiting on its response can only send after a run, which ends at a completion)
+        # and a router whose turns are known in advance
+        self.fast_forward = (cfg.engine.fast_forward and record_plans is False
                              and (cfg.cluster.replicas == 1 or self.route.turns is not None) and self.disagg is None)
+        self.client_wakes: dict[int, float] = {}  # closed loop: client -> time its pending timeout ends
         self.upcoming: deque = deque()  # arrivals read ahead of time (open loop)
         self.env = simpy.Environment()
         self.arrivals_done = False
@@ -191,6 +196,7 @@ class Engine:
             ev = self.done_events.pop(req.id, None)
             if ev is not None:
                 ev.succeed()
+                self.client_wakes[ev.client] = self.env.now  # it sends again at now + think, at the earliest
         if self.progress is not None:
             self.progress.update(1)
 
@@ -243,6 +249,8 @@ class Engine:
         """The earliest time a new request can reach ``rep`` (a lower bound): with one replica
         the next arrival; otherwise the router's ``turns`` tell which upcoming arrival is this
         replica's."""
+        if self.cfg.workload.closed_loop is not None:  # any replica: a lower bound
+            return min(self.client_wakes.values(), default=float("inf"))
         up = self.upcoming
         if not up:
             return float("inf")
@@ -285,10 +293,17 @@ class Engine:
         from sim.types import RequestSpec
         from sim.workload.closed_loop import client_draws
 
-        env, wl = self.env, self.cfg.workload
+        env, wl, wakes = self.env, self.cfg.workload, self.client_wakes
+        ramp = wl.closed_loop.ramp_up_s * c / wl.closed_loop.clients
+        if ramp > 0:
+            wakes[c] = env.now + ramp
+            yield env.timeout(ramp)
+            del wakes[c]
         for think, prompt, output in client_draws(wl, self.cfg.seed, c):
             if think > 0:
+                wakes[c] = env.now + think
                 yield env.timeout(think)
+                del wakes[c]
             if wl.duration_s is not None and env.now > wl.duration_s:
                 return
             if budget[0] is not None:
@@ -297,9 +312,11 @@ class Engine:
                 budget[0] -= 1
             rid = self.admitted
             done = self.done_events[rid] = env.event()
+            done.client = c
             self.admit(RequestSpec(id=rid, arrival_s=env.now, prompt_tokens=prompt, output_tokens=output,
                                    session_id=f"client-{c}"))
             yield done
+            wakes.pop(c, None)
 
     def _clients(self):
         cl = self.cfg.workload.closed_loop
@@ -349,7 +366,8 @@ class Engine:
             num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=self.env.now,
             workload_info=dict(self.workload.info), cost_source=self.cost.source,
             cost_params={"source": self.cost.params_source, **self.cost.p.as_dict()},
-            out_of_range=self.cost.out_of_range_total(), kv_blocks_per_replica=self.mem.num_gpu_blocks)
+            out_of_range=self.cost.out_of_range_total(), kv_blocks_per_replica=self.mem.num_gpu_blocks,
+            cost_info=self.cost.describe() if hasattr(self.cost, "describe") else None)
 
 
 class _At(simpy.events.Timeout):
