@@ -28,7 +28,9 @@ from sim.cost import make_cost_model
 from sim.cost.memory import plan_memory
 from sim.fastforward import decode_run, run_prefix, steady_decode
 from sim.kv import KVManager, make_kv_manager
-from sim.metrics.steplog import ItlLog, StepLog
+from sim.metrics.requestlog import RequestLog
+from sim.metrics.records import ParquetSink
+from sim.metrics.steplog import ItlLog, ItlSketch, StepLog
 from sim.request import Request
 from sim.scheduler import REGISTRY
 from sim.types import BatchShape
@@ -40,10 +42,12 @@ class SimOutput:
     """Everything a run produced, as plain values (records for the metrics stage)."""
 
     config: Config
-    requests: list[Request]
+    requests: RequestLog
+    """One row per arrived request (the Request objects are dropped as requests leave)."""
     steps: StepLog
-    itl: ItlLog
-    """Inter-token gaps, stored weighted (distinct gaps with the tokens that had each)."""
+    itl: ItlLog | ItlSketch
+    """Inter-token gaps, stored weighted (distinct gaps with the tokens that had each), or their
+    sketch when streaming."""
     memory: dict
     num_gpus: int
     simulated_s: float
@@ -52,18 +56,11 @@ class SimOutput:
     cost_params: dict
     out_of_range: int
     kv_blocks_per_replica: int
+    workers: int = 1  # processes the replicas ran in (engine.workers)
     cost_info: dict | None = None
     """What priced the run, when the cost model describes itself (the kernel database does)."""
     faults: dict | None = None  # summary.json's ``faults`` block (None without faults)
     fleet: FleetLog | None = None  # provisioning record (autoscaling only)
-
-    @property
-    def itl_values(self):
-        return self.itl.values
-
-    @property
-    def itl_counts(self):
-        return self.itl.counts
 
 
 class Replica:
@@ -111,8 +108,12 @@ class Engine:
     ``sim/cluster/autoscale.py``.
     """
 
-    def __init__(self, cfg: Config, progress=None, record_plans: bool = False):
+    def __init__(self, cfg: Config, progress=None, record_plans: bool = False, stream_to=None,
+                 shard: tuple[int, int] = (0, 1)):
         self.cfg = cfg
+        # shard (w, n): this process simulates replicas i with i % n == w (see ``run_engine``)
+        self.shard = shard
+        self.own = {i for i in range(cfg.cluster.replicas) if i % shard[1] == shard[0]}
         # record_plans: keep each step's (replica, start_s, request ids, BatchShape) in
         # ``self.plans`` (the real replay of calibration/ executes them); off by default.
         self.plans: list | None = [] if record_plans else None
@@ -139,10 +140,13 @@ class Engine:
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
         self.rng = np.random.default_rng(cfg.seed)
         self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
-        self.requests: list[Request] = []
-        self.by_id: dict[int, Request] = {}
+        # rows of the requests that left; with output.stream they go to ``stream_to`` in chunks
+        self.sink = ParquetSink(stream_to) if stream_to is not None else None
+        self.requests = RequestLog(self.sink, cfg.output.stream_chunk_rows)
+        self.by_id: dict[int, Request] = {}  # the requests in flight
+        self.admitted = 0
         self.steps = StepLog(keep_rows=cfg.output.step_records)
-        self.itl = ItlLog()
+        self.itl = ItlSketch() if self.sink is not None else ItlLog()
         # decode fast-forward: exact, so on by default; needs the next arrival time (open loop:
         # the read-ahead; closed loop: the clients' pending ramp-up and think timeouts, since a
         # client waiting on its response can only send after a run, which ends at a completion)
@@ -161,7 +165,6 @@ class Engine:
         auto = cfg.cluster.autoscale
         self.fleet = FleetLog(tp * pp) if auto.enabled else None
         self.dynamic = bool(self.faults.crashes) or auto.enabled
-        self.open = 0  # admitted requests not yet finished, rejected or lost
         self.end_s: float | None = None  # when the last open request ended (dynamic runs)
         self.parked: deque = deque()  # requests waiting for any replica to serve
         # crashes re-queue and restarts un-park requests: they end decode runs, as arrivals do
@@ -177,34 +180,55 @@ class Engine:
 
     # ------------------------------------------------------------------ admission
     def admit(self, spec) -> None:
-        """An arrival: reject it with a reason, or route it to a replica's scheduler."""
+        """An arrival: reject it with a reason, or route it to a replica's scheduler. (A shard
+        keeps only the requests routed to its replicas, and shard 0 the ones rejected before
+        routing.)"""
         ctx = self.model.max_context
+        order = self.admitted
+        self.admitted += 1
         if spec.max_output_tokens is None:
             spec = replace(spec, max_output_tokens=max(1, ctx - spec.prompt_tokens))
-        req = Request(spec)
-        self.requests.append(req)
-        self.by_id[req.id] = req
-        self.open += 1
         if spec.prompt_tokens + spec.output_tokens > ctx:
+            if self.shard[0]:
+                return
+            req = self._new(spec, order)
             return self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} tokens exceed "
                                      f"{self.model.id}'s context of {ctx}")
-        self._dispatch(req)
+        rep = self._route(spec)
+        if rep is not None and rep.idx not in self.own:
+            return
+        self._place(self._new(spec, order), rep)
 
-    def _dispatch(self, req: Request) -> None:
-        """Route ``req`` to a serving entry replica (or park it until one serves)."""
+    def _route(self, spec) -> Replica | None:
+        """The serving entry replica the router picks for ``spec`` (None: none serves)."""
         pool = [r for r in self.entry_pool if r.up] if self.dynamic else self.entry_pool
         if not pool:
-            self.parked.append(req)
-            return
+            return None
         loads = [ReplicaLoad(len(r.scheduler.waiting), len(r.scheduler.running), r.kv.num_used / r.kv.num_blocks)
                  for r in pool] if self.route.reads_load else pool
-        rep = pool[self.route(req.spec, loads, self.route_state) % len(pool)]  # the pool may have shrunk
+        return pool[self.route(spec, loads, self.route_state) % len(pool)]  # the pool may have shrunk
+
+    def _dispatch(self, req: Request) -> None:
+        """Route a re-queued or parked ``req`` again."""
+        self._place(req, self._route(req.spec))
+
+    def _place(self, req: Request, rep: Replica | None) -> None:
+        """``req`` joins ``rep``'s scheduler, is rejected by it, or (no replica serves) is parked."""
+        if rep is None:
+            self.parked.append(req)
+            return
         req.replica = rep.idx
         reason = rep.scheduler.reject_reason(req)
         if reason:
             return self._reject(req, reason)
         rep.scheduler.add(req)
         rep.poke()
+
+    def _new(self, spec, order: int) -> Request:
+        req = Request(spec)
+        req.order = order
+        self.by_id[req.id] = req
+        return req
 
     def _reject(self, req: Request, reason: str) -> None:
         lifecycle.reject(req, reason)
@@ -217,8 +241,10 @@ class Engine:
         self._done(req)
 
     def _done(self, req: Request) -> None:
-        """``req`` finished, was rejected or lost: wake its closed-loop client, count progress;
-        note when the last open request ends."""
+        """``req`` finished, was rejected or lost: its row is written and its object dropped; wake
+        its closed-loop client, count progress; note when the last request in flight ends."""
+        self.requests.add(req, req.order)
+        del self.by_id[req.id]
         if self.done_events:
             ev = self.done_events.pop(req.id, None)
             if ev is not None:
@@ -226,8 +252,7 @@ class Engine:
                 self.client_wakes[ev.client] = self.env.now  # it sends again at now + think, at the earliest
         if self.progress is not None:
             self.progress.update(1)
-        self.open -= 1
-        if not self.open and self.arrivals_done and self.dynamic:
+        if not self.by_id and self.arrivals_done and self.dynamic:
             self._drained()
 
     # ------------------------------------------------------------------ one step / one run
@@ -260,7 +285,7 @@ class Engine:
         arrival = self.next_arrival_for(rep)
         if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
             arrival = min(arrival, self.next_fault_change(rep, start))
-        run = decode_run(reqs, rep.kv, self._cost(rep, start), start, arrival)
+        run = decode_run(reqs, rep.kv, self._cost(rep, start), start, arrival, self.steps.keep_rows)
         waiting = len(rep.scheduler.waiting)  # arrivals can land only in the run's last step
         rep.run = (run, waiting)
         yield _At(self.env, run.times[-1])
@@ -367,7 +392,7 @@ class Engine:
                 if budget[0] <= 0:
                     return
                 budget[0] -= 1
-            rid = len(self.requests)
+            rid = self.admitted
             done = self.done_events[rid] = env.event()
             done.client = c
             self.admit(RequestSpec(id=rid, arrival_s=env.now, prompt_tokens=prompt, output_tokens=output,
@@ -384,7 +409,7 @@ class Engine:
 
     def _arrivals_finished(self):
         self.arrivals_done = True
-        if self.dynamic and not self.open:
+        if self.dynamic and not self.by_id:
             self.end_s = self.env.now
         for rep in self.replicas:
             rep.poke()
@@ -471,7 +496,7 @@ class Engine:
                 return
             live = [r for r in self.replicas if not r.retired]
             idle = [r.idx for r in live if r.up and not r.scheduler.has_work()]
-            add, remove = decide(self.open, len(live), idle, a)
+            add, remove = decide(len(self.by_id), len(live), idle, a)
             for idx in remove:
                 rep = self.replicas[idx]
                 rep.retired, rep.up = True, False
@@ -482,6 +507,7 @@ class Engine:
                 rep = self._new_replica(len(self.replicas))
                 rep.up = False
                 self.replicas.append(rep)  # also the entry pool: autoscaling excludes disaggregation
+                self.own.add(rep.idx)
                 self.fleet.provisioned[rep.idx] = env.now
                 env.process(self._cold_start(rep, a.cold_start_s))
             if add or remove:
@@ -515,7 +541,7 @@ class Engine:
                     raise RuntimeError(f"scheduler {sched.name!r} made no progress with "
                                        f"{len(sched.waiting)} waiting and {len(sched.running)} running requests")
                 if self.arrivals_done and not (self.disagg and self.disagg.upstream_busy(rep)) \
-                        and not (self.dynamic and self.open):  # a crash may re-queue requests here
+                        and not (self.dynamic and self.by_id):  # a crash may re-queue requests here
                     return
                 rep.wake = env.event()
                 yield rep.wake
@@ -528,19 +554,25 @@ class Engine:
     def run(self) -> SimOutput:
         self.env.process(self._clients() if self.cfg.workload.closed_loop else self._arrivals())
         for rep in self.replicas:
-            rep.proc = self.env.process(self._replica(rep))
-        if self.faults.crashes:
+            if rep.idx in self.own:
+                rep.proc = self.env.process(self._replica(rep))
+        if self.faults.crashes:  # (faults and autoscaling run in one process: sim.shards refuses them)
             self.env.process(self._faults())
         if self.fleet is not None:
             self.fleet.provisioned.update((r.idx, 0.0) for r in self.replicas)
             self._record_fleet(0.0)
             self.env.process(self._autoscale())
         self.env.run()
-        cfg = self.cfg
         end = self.env.now if self.end_s is None else self.end_s  # timers past the last request do not count
         for r in self.parked:  # only when no replica ever served again
             self._lose(r, "no_replica: no replica served after it was parked")
         self.parked.clear()
+        for r in sorted(self.by_id.values(), key=lambda r: r.order):  # unfinished: rows too
+            self.requests.add(r, r.order)
+        if self.sink is not None:
+            self.requests.flush()
+            self.sink.close()
+        cfg = self.cfg
         return SimOutput(
             config=cfg, requests=self.requests, steps=self.steps, itl=self.itl, memory=self.mem.as_dict(),
             num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=end,
@@ -565,6 +597,18 @@ class _At(simpy.events.Timeout):
         heapq.heappush(env._queue, (at, simpy.core.NORMAL, next(env._eid), self))
 
 
-def run_engine(cfg: Config, progress=None) -> SimOutput:
-    """Build the pipeline for ``cfg`` and run it to completion."""
-    return Engine(cfg, progress).run()
+def run_engine(cfg: Config, progress=None, stream_to=None) -> SimOutput:
+    """Build the pipeline for ``cfg`` and run it to completion (``stream_to``: the Parquet file
+    request rows are streamed to, with ``output.stream``). With ``engine.workers`` > 1 the
+    replicas are shared out over processes (``sim.shards``)."""
+    workers = min(cfg.engine.workers, cfg.cluster.replicas)
+    if workers > 1:
+        from sim.shards import run_sharded
+
+        return run_sharded(cfg, workers, progress)
+    return Engine(cfg, progress, stream_to=stream_to).run()
+
+
+def run_shard(cfg: Config, shard: tuple[int, int]) -> SimOutput:
+    """One process's part of a sharded run (no progress bar, no streaming)."""
+    return Engine(cfg, shard=shard).run()

@@ -97,6 +97,16 @@ class ScaledCost:
     def decode_step(self, *args) -> StepTime:
         return scale_step(self.cost.decode_step(*args), self.compute, self.link)
 
+    def decode_totals(self, n, kv_tokens, longest, m):
+        """Step totals of a decode run: x ``compute`` (what ``scale_step`` gives when the link is
+        healthy); with a degraded link None, so the run is priced step by step, components and all."""
+        if self.link != 1.0:
+            return None
+        tot = self.cost.decode_totals(n, kv_tokens, longest, m)
+        if tot is None:
+            return None
+        return [x * self.compute for x in tot] if isinstance(tot, list) else tot * self.compute
+
     def decode_series(self, *args):
         series = self.cost.decode_series(*args)
         return None if series is None else scale_columns(series, self.compute, self.link)
