@@ -12,6 +12,7 @@ from sim.cluster.autoscale import FleetLog, decide, desired_replicas
 from sim.cluster.faults import FaultSchedule, scale_columns, scale_step
 from sim.config import Autoscale, FaultEvent, load_config
 from sim.engine import Engine
+from sim.metrics.records import requests_frame, steps_frame
 from sim.errors import ConfigError
 from sim.types import COMPONENTS, BatchShape, StepTime
 
@@ -256,23 +257,21 @@ def test_every_request_is_conserved_and_fast_forward_stays_exact(events, on_cras
         eng = Engine(cfg)
         out = eng.run()
         runs.append((eng, out))
-        statuses = [r.status.value for r in out.requests]
-        assert len(statuses) == 60
-        assert set(statuses) <= {"finished", "rejected", "lost"}  # arrived = completed + rejected + lost
-        lost = [r for r in out.requests if r.status.value == "lost"]
+        req = requests_frame(out)
+        assert len(req) == 60
+        assert set(req.status) <= {"finished", "rejected", "lost"}  # arrived = completed + rejected + lost
+        lost = req[req.status == "lost"]
         if on_crash == "requeue":
-            assert not lost
-        assert all(r.reject_reason.startswith(("replica_crash:", "no_replica:")) for r in lost)
+            assert lost.empty
+        assert lost.reject_reason.str.match(r"(replica_crash|no_replica): ").all()
         if events:
             assert out.faults["lost"] == len(lost)
-        for r in out.requests:
-            if r.status.value == "finished":
-                assert r.num_generated == r.output_tokens and r.first_token_s <= r.finish_s
+        done = req[req.status == "finished"]
+        assert (done.generated_tokens == done.output_tokens).all() and (done.first_token_s <= done.finish_s).all()
         for rep in eng.replicas:  # nothing left queued anywhere
             assert not rep.scheduler.has_work()
             if rep.up:
                 assert rep.kv.num_used == 0
-    from sim.metrics.records import requests_frame, steps_frame
     (e1, o1), (e2, o2) = runs
     if setup == "closed":
         # not compared: the closed-loop fast-forward differs from stepping with several replicas
