@@ -268,3 +268,16 @@ def test_engine_overhead_is_read_per_framework_and_interpolated_in_tp(tmp_path, 
     assert kerneldb.load_overhead("vllm", 2) == pytest.approx((2e-4, 1e-6, "test"))
     assert kerneldb.load_overhead("vllm", 16)[0] == 2e-4  # beyond the fitted degrees: the nearest
     assert kerneldb.load_overhead("sglang", 1) is None
+
+
+@needs_db
+def test_collections_without_a_window_size_column_read_as_full_attention():
+    """a100_sxm's older attention tables have no window_size column: every row is full attention."""
+    path = kd.package_root() / "systems" / "data" / "a100_sxm" / "attention" / "vllm" / "0.14.0" / "context_attention_perf.parquet"
+    if not path.exists():
+        pytest.skip("this aiconfigurator-core release has no a100_sxm vllm 0.14.0 attention table")
+    df = kd._read(path, ["batch_size", "window_size", "latency"])
+    assert set(df.columns) == {"batch_size", "window_size", "latency"} and (df["window_size"] == 0).all() and len(df)
+    cm = make_cost_model(load_config({"model": "llama-2-7b", "hardware": "a100-80gb", "cost": {"model": "kerneldb"}}),
+                         get_model("llama-2-7b"), get_hardware("a100-80gb"))
+    assert cm.source == "kerneldb" and cm.step_time(BatchShape((128,), (0,))).total > 0
