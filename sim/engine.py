@@ -160,6 +160,8 @@ class Engine:
             else:
                 r.num_computed = 0  # recompute: progress resets, generated tokens stay emitted
                 r.status = Status.WAITING
+        for rid, reason in plan.aborted.items():  # left the policy's queues for good
+            self._reject(self.by_id[rid], reason)
         for rid, c in plan.cached_tokens.items():  # prefix-cache hits count as computed
             r = self.by_id[rid]
             r.num_computed = c
@@ -247,7 +249,11 @@ class Engine:
         self.in_flight -= 1
         dst = min(self.decode_pool, key=lambda d: (len(d.scheduler.waiting) + len(d.scheduler.running), d.idx))
         r.replica = dst.idx
-        dst.scheduler.add(r)
+        reason = dst.scheduler.readmit_reason(r, r.num_computed)
+        if reason:
+            self._reject(r, reason)
+        else:
+            dst.scheduler.add(r)
         done = self.arrivals_done and not self._upstream_busy(dst)
         for rep in [dst] + (self.replicas if done else []):  # idle decode replicas may now stop
             if rep.wake is not None and not rep.wake.triggered:
@@ -263,7 +269,7 @@ class Engine:
         """True when ``plan`` gives every running request exactly its next decode token, nothing
         else happens in it, and the policy vouches that it would plan the same again."""
         sched = rep.scheduler
-        if (plan.preempted or plan.swapped_in or plan.blocks_swapped_out or plan.cached_tokens
+        if (plan.preempted or plan.aborted or plan.swapped_in or plan.blocks_swapped_out or plan.cached_tokens
                 or len(plan.num_new_tokens) != len(sched.running) or not sched.steady()):
             return False
         by_id = self.by_id
@@ -415,18 +421,26 @@ class Engine:
 
     def _replica(self, rep: Replica):
         env, sched, cost, log = self.env, rep.scheduler, rep.cost, self.steps
+        idle_plans = 0  # plans in a row that computed nothing
         while True:
             plan = sched.schedule(env.now)
             if plan.empty:
+                moved = bool(plan.preempted or plan.aborted)
+                if moved:  # preemptions or aborts without a step: apply them, plan again
+                    self.commit_plan(rep, plan, env.now)
                 if sched.has_work():
-                    raise RuntimeError(f"scheduler {sched.name!r} made no progress with "
-                                       f"{len(sched.waiting)} waiting and {len(sched.running)} running requests")
+                    idle_plans += 1
+                    if not moved or idle_plans > 2:  # no progress: stuck requests become counted aborts
+                        for r, reason in sched.drop_stuck():
+                            self._reject(r, reason)
+                    continue
                 if self.arrivals_done and not self._upstream_busy(rep):
                     return
                 rep.wake = env.event()
                 yield rep.wake
                 rep.wake = None
                 continue
+            idle_plans = 0
             start = env.now
             shape = self.commit_plan(rep, plan, start)
             if self.fast_forward and self._steady_decode(rep, plan):

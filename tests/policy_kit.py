@@ -27,8 +27,8 @@ def make(name: str, blocks: int, bs: int = 4, *, swap_blocks: int = 0, prefix: b
 
 def step(s, now: float = 0.0):
     """One engine step on scheduler ``s``: schedule, commit, complete. Returns the plan."""
+    by_id = {r.id: r for r in [*s.running, *s.waiting]}  # before: an aborted request leaves the queues
     plan = s.schedule(now)
-    by_id = {r.id: r for r in [*s.running, *s.waiting]}
     for rid in plan.preempted:
         r = by_id[rid]
         r.preemptions += 1
@@ -36,6 +36,8 @@ def step(s, now: float = 0.0):
             r.status = Status.SWAPPED
         else:
             r.num_computed, r.status = 0, Status.WAITING
+    for rid, reason in plan.aborted.items():
+        by_id[rid].status, by_id[rid].reject_reason = Status.REJECTED, reason
     for rid, c in plan.cached_tokens.items():
         by_id[rid].num_computed = c
         if by_id[rid].first_scheduled_s is None:
