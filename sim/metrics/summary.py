@@ -127,7 +127,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "rejected": int(len(rejected)),
             "unfinished": int(arrived - len(done) - len(rejected)),
             "preemptions": int(req["preemptions"].sum()),
-            "reject_reasons": dict(sorted(reasons.items())),
+            "rejected_by_reason": dict(sorted(reasons.items())),
         },
         "ttft_s": dist(done["ttft_s"]),
         "tpot_s": dist(done["tpot_s"]),
