@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
@@ -49,6 +49,8 @@ class SimOutput:
     cost_params: dict
     out_of_range: int
     kv_blocks_per_replica: int
+    warnings: list = field(default_factory=list)
+    """One line per thing the user should know about this run (``ServesimWarning``)."""
 
 
 class Replica:
@@ -76,6 +78,11 @@ class Engine:
             num_gpu_blocks=cfg.kv.num_gpu_blocks)
         self.cost = make_cost_model(cfg, self.model, self.hw)
         sched_cls = REGISTRY[cfg.scheduler.name]
+        self.warnings: list[str] = []
+        if cfg.kv.prefix_caching and not sched_cls.uses_prefix_hits:
+            users = ", ".join(sorted(n for n, c in REGISTRY.items() if c.uses_prefix_hits))
+            self.warnings.append(f"kv.prefix_caching is on but scheduler {cfg.scheduler.name!r} never uses prefix-cache "
+                                 f"hits (blocks are cached, no prefill is skipped); schedulers that use them: {users}")
         self.replicas = []
         for i in range(cfg.cluster.replicas):
             kv = make_kv_manager(cfg.kv, self.mem.num_gpu_blocks, self.mem.block_bytes)
@@ -391,7 +398,8 @@ class Engine:
         from sim.workload.closed_loop import client_draws
 
         env, wl = self.env, self.cfg.workload
-        for think, prompt, output in client_draws(wl, self.cfg.seed, c):
+        clipped = self.workload.info.setdefault("clipped", {"prompt": 0, "output": 0})
+        for think, prompt, output, p_clip, o_clip in client_draws(wl, self.cfg.seed, c):
             if think > 0:
                 yield env.timeout(think)
             if wl.duration_s is not None and env.now > wl.duration_s:
@@ -400,6 +408,8 @@ class Engine:
                 if budget[0] <= 0:
                     return
                 budget[0] -= 1
+            clipped["prompt"] += p_clip
+            clipped["output"] += o_clip
             rid = len(self.requests)
             done = self.done_events[rid] = env.event()
             self.admit(RequestSpec(id=rid, arrival_s=env.now, prompt_tokens=prompt, output_tokens=output,
@@ -471,7 +481,7 @@ class Engine:
             num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=self.env.now,
             workload_info=dict(self.workload.info), cost_source=self.cost.source,
             cost_params={"source": self.cost.params_source, **self.cost.p.as_dict()}, out_of_range=oor,
-            kv_blocks_per_replica=self.mem.num_gpu_blocks)
+            kv_blocks_per_replica=self.mem.num_gpu_blocks, warnings=self.warnings + clip_warnings(self.workload.info, cfg))
 
 
 class _At(simpy.events.Timeout):
@@ -486,6 +496,24 @@ class _At(simpy.events.Timeout):
         self._delay = at - env.now
         self._ok = True
         heapq.heappush(env._queue, (at, simpy.core.NORMAL, next(env._eid), self))
+
+
+def clip_warnings(info: dict, cfg: Config) -> list[str]:
+    """One line per kind of clipping the workload did (``info["clipped"]``, ``clipped_to_context``)."""
+    out = []
+    for side in ("prompt", "output"):
+        n = (info.get("clipped") or {}).get(side)
+        if n:
+            d = getattr(cfg.workload, side)
+            where = (f"workload.{side}'s bounds [{d.min}, {d.max}]" if not cfg.workload.tenants
+                     else f"the bounds [min, max] of its tenant's {side} distribution")
+            hint = (f"; its fixed value {d.value} lies outside them: set workload.{side}.max too"
+                    if not cfg.workload.tenants and d.kind == "fixed" else "")
+            out.append(f"{n:,} request(s) had their {side} length clipped to {where}{hint}")
+        n = (info.get("clipped_to_context") or {}).get(side)
+        if n:
+            out.append(f"{n:,} request(s) had their {side} length clipped to {cfg.model}'s context (workload.clip_to_context)")
+    return out
 
 
 def run_engine(cfg: Config, progress=None) -> SimOutput:

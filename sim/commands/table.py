@@ -21,9 +21,11 @@ def print_summary(s: dict, cfg) -> None:
           f"cost model {s['sim']['cost_model']}")
     print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected"
           f"{_by_reason(r.get('rejected_by_reason') or {})}, {r['preemptions']:,} preemptions")
-    clip = (s.get("workload") or {}).get("clipped")
-    if isinstance(clip, dict) and (clip.get("prompt") or clip.get("output")):
-        print(f"clipped: {clip['prompt']:,} prompts, {clip['output']:,} outputs ({clip.get('detail', '')})")
+    wl = s.get("workload") or {}
+    for key, what in (("clipped", "to their length distributions' bounds"), ("clipped_to_context", "to the context")):
+        clip = wl.get(key)
+        if isinstance(clip, dict) and (clip.get("prompt") or clip.get("output")):
+            print(f"clipped {what}: {clip['prompt']:,} prompts, {clip['output']:,} outputs")
     print(f"{'metric (ms)':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
     for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"), ("queue_s", "queue")):
         d = s[key]

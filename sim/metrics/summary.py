@@ -154,6 +154,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
         "kv": {**out.memory, "peak_blocks_used": int(log.peak_kv_blocks)},
         "prefix_cache": prefix_cache(cfg, req),
         "workload": out.workload_info,
+        "warnings": list(getattr(out, "warnings", [])),
         "sim": {
             "wall_s": wall_s,
             "steps": int(log.count),

@@ -45,6 +45,9 @@ class Scheduler:
 
     name: ClassVar[str] = "base"
     Knobs: ClassVar[type[Knobs]] = Knobs
+    uses_prefix_hits: ClassVar[bool] = False
+    """True when admission skips prefix-cache hits (with ``kv.prefix_caching``); a policy
+    that ignores them still registers blocks, and the run warns that caching has no effect."""
 
     def __init__(self, knobs: Knobs, kv: KVManager, *, rng: np.random.Generator | None = None,
                  max_context: int | None = None):
@@ -226,6 +229,7 @@ class BudgetScheduler(Scheduler):
     """
 
     queue_key = None  # a static ordering of the waiting queue; None keeps arrival order
+    uses_prefix_hits = True  # ``schedule_waiting`` skips the cached blocks of a fresh request
 
     def budget(self) -> int:
         return self.knobs.max_num_batched_tokens
