@@ -73,7 +73,7 @@ class Engine:
         kv_dtype = cfg.kv.dtype or cfg.dtype
         self.mem = plan_memory(
             self.model, self.hw, tp=tp, pp=pp, dtype=cfg.dtype, kv_dtype=kv_dtype, block_size=cfg.kv.block_size,
-            gpu_memory_utilization=cfg.kv.gpu_memory_utilization, max_num_batched_tokens=knobs.max_num_batched_tokens,
+            gpu_memory_utilization=cfg.kv.gpu_memory_utilization, max_num_batched_tokens=knobs.max_step_tokens,
             max_num_seqs=knobs.max_num_seqs, runtime_overhead_gib=cfg.kv.runtime_overhead_gib,
             num_gpu_blocks=cfg.kv.num_gpu_blocks)
         self.cost = make_cost_model(cfg, self.model, self.hw)

@@ -39,6 +39,13 @@ class Knobs(BaseModel):
     max_num_seqs: int = Field(default=256, ge=1, description="most sequences in one step")
     max_num_batched_tokens: int = Field(default=8192, ge=1, description="most new tokens in one step")
 
+    @property
+    def max_step_tokens(self) -> int:
+        """Most tokens one step computes (what the memory plan sizes the activation peak from,
+        as vLLM's profile run uses ``max_num_batched_tokens``); a policy with another budget
+        overrides it."""
+        return self.max_num_batched_tokens
+
 
 class Scheduler:
     """Base class: FCFS queues and the shared bookkeeping; subclasses implement ``schedule``."""
