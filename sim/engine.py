@@ -507,7 +507,7 @@ def clip_warnings(info: dict, cfg: Config) -> list[str]:
             d = getattr(cfg.workload, side)
             where = (f"workload.{side}'s bounds [{d.min}, {d.max}]" if not cfg.workload.tenants
                      else f"the bounds [min, max] of its tenant's {side} distribution")
-            hint = (f"; its fixed value {d.value} lies outside them: set workload.{side}.max too"
+            hint = (f"; its fixed value {d.value} lies outside them (set workload.{side}.min / max to include it)"
                     if not cfg.workload.tenants and d.kind == "fixed" else "")
             out.append(f"{n:,} request(s) had their {side} length clipped to {where}{hint}")
         n = (info.get("clipped_to_context") or {}).get(side)
