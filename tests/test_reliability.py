@@ -134,7 +134,7 @@ def test_rejections_by_reason_are_printed_on_every_run(capsys):
 # ---- 3. clipping is counted, reported and warned about ----------------------------------------
 
 def test_a_fixed_prompt_above_the_inherited_max_is_counted_as_clipped(capsys):
-    with pytest.warns(ServesimWarning, match=r"20 request\(s\) had their prompt length clipped to workload.prompt's "
+    with pytest.warns(ServesimWarning, match=r"20 of 20 request\(s\) had their prompt length clipped to workload.prompt's "
                                              r"bounds \[1, 8192\]; its fixed value 200000 lies outside them"):
         res = simulate(None, overrides=["workload.prompt.kind=fixed", "workload.prompt.value=200000",
                                         "workload.num_requests=20", *QUIET])
@@ -146,7 +146,7 @@ def test_a_fixed_prompt_above_the_inherited_max_is_counted_as_clipped(capsys):
 
 
 def test_clipped_lengths_are_counted_per_request_exactly():
-    with pytest.warns(ServesimWarning, match=r"30 request\(s\) had their output length clipped"):
+    with pytest.warns(ServesimWarning, match=r"30 of 30 request\(s\) had their output length clipped"):
         res = simulate(tiny_config(workload={"num_requests": 30, "prompt": {"kind": "uniform", "min": 10, "max": 100},
                                              "output": {"kind": "fixed", "value": 3, "min": 5}}))
     assert res.summary["workload"]["clipped"] == {"prompt": 0, "output": 30}
@@ -163,6 +163,17 @@ def test_clip_to_context_is_counted_separately():
     wl = res.summary["workload"]
     assert wl["clipped"] == {"prompt": 0, "output": 0}
     assert wl["clipped_to_context"] == {"prompt": 4, "output": 4}  # prompt ctx - 1, output 1
+
+
+def test_lognormal_truncation_is_counted_but_warns_only_past_one_percent(recwarn):
+    wl = {"num_requests": 200, "rate": 50.0, "prompt": {"kind": "uniform", "min": 10, "max": 50}}
+    few = simulate(tiny_config(workload={**wl, "output": {"kind": "lognormal", "median": 20, "sigma": 1.0, "max": 260}}))
+    n = few.summary["workload"]["clipped"]["output"]
+    assert 0 < n <= 2 and n == int((few.requests.output_tokens == 260).sum()) and few.summary["warnings"] == []
+    many = simulate(tiny_config(workload={**wl, "output": {"kind": "lognormal", "median": 20, "sigma": 1.0, "max": 30}}))
+    n = many.summary["workload"]["clipped"]["output"]
+    assert n > 2 and many.summary["warnings"] == [
+        f"{n} of 200 request(s) had their output length clipped to workload.output's bounds [1, 30]"]
 
 
 def test_an_unclipped_run_has_no_warning():
