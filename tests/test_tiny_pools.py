@@ -57,7 +57,7 @@ def tiny_configs(draw):
     }
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiny_configs())
 def test_every_request_completes_or_is_rejected_with_a_reason(data):
     cfg = load_config(data)
