@@ -19,6 +19,7 @@ COMMANDS = [
     "sim.commands.calibrate",
     "sim.commands.sweep",
     "sim.commands.compare",
+    "sim.commands.validate_silicon",
 ]
 
 

@@ -74,11 +74,23 @@ class KV(_Strict):
     num_gpu_blocks: int | None = Field(default=None, ge=1, description="override: blocks a real engine reported")
     runtime_overhead_gib: float = Field(default=1.0, ge=0, description="CUDA context, NCCL, graphs (per GPU)")
     watermark: float = Field(default=0.01, ge=0, lt=1, description="fraction of blocks kept free at admission")
-    dtype: Literal["bf16", "fp16", "fp8"] | None = Field(default=None, description="KV-cache dtype; default = weights dtype")
+    dtype: Literal["bf16", "fp16", "fp8"] | None = Field(default=None, description=(
+        "KV-cache dtype; default = the activation dtype (precision.activations), as vLLM's "
+        "kv_cache_dtype 'auto' keeps the model dtype even for fp8/fp4 weights"))
     preemption: Literal["recompute", "swap"] = "recompute"
     swap_space_gib: float = Field(default=4.0, ge=0, description="host memory for swapped blocks, per GPU (vLLM default 4)")
     prefix_caching: bool = False
     eviction: Literal["lru", "lfu", "fifo"] = "lru"
+
+
+class Precision(_Strict):
+    """Dtypes other than the weights' (top-level ``dtype``): activations (GEMM inputs/outputs,
+    norms, attention Q/O, embedding, LM head) and the tensor-parallel collectives. bf16 by default:
+    engines keep activations and all-reduces in the model dtype whatever the weight format."""
+
+    activations: Literal["bf16", "fp16"] = "bf16"
+    communication: Literal["bf16", "fp16", "fp8"] | None = Field(
+        default=None, description="all-reduce / all-gather / pipeline send dtype (default: activations)")
 
 
 class SLOClass(_Strict):
@@ -107,8 +119,14 @@ class Roofline(_Strict):
 
 class Cost(_Strict):
     usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="override the card's dated price")
-    model: Literal["auto", "roofline", "profiled"] = Field(
-        default="auto", description="auto: profiled when a profile exists for (hardware, model, dtype), else roofline")
+    model: Literal["auto", "roofline", "profiled", "kerneldb"] = Field(
+        default="auto", description=(
+            "auto: profiled when a profile exists for (hardware, model, dtype), else the kernel database "
+            "when installed (extra kernels-db) and covering the GPU and dtype, else roofline"))
+    framework: Literal["vllm", "sglang", "trtllm"] = Field(
+        default="vllm", description="serving framework whose kernels (and engine overhead) price the steps (kerneldb)")
+    framework_version: str | None = Field(
+        default=None, description="framework version in the kernel database (default: the newest it holds)")
     profiles_dir: str | None = Field(default=None, description="fitted profiles folder (default: the shipped ones)")
     roofline: Roofline = Roofline()
 
@@ -130,7 +148,9 @@ class Output(_Strict):
 class Config(_Strict):
     model: str = "llama-3.1-8b"
     hardware: str = "h100-sxm"
-    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    dtype: Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4"] = Field(default="bf16", description=(
+        "weight dtype (bytes per parameter incl. block scales; GEMM tensor-core dtype)"))
+    precision: Precision = Precision()
     parallelism: Parallelism = Parallelism()
     cluster: Cluster = Cluster()
     scheduler: SchedulerSection = SchedulerSection()
@@ -152,6 +172,27 @@ class Config(_Strict):
         except CatalogError as e:
             raise ValueError(str(e)) from None
         return v
+
+    @model_validator(mode="after")
+    def _dtype_on_hardware(self):
+        from sim.catalog import CatalogError, get_hardware, get_model
+
+        try:
+            get_hardware(self.hardware).check_dtype(self.dtype)
+        except CatalogError as e:
+            raise ValueError(f"dtype {self.dtype}: {e}") from None
+        if self.dtype == "mxfp4" and not get_model(self.model).is_moe:
+            raise ValueError(f"dtype mxfp4: quantises the routed experts of an MoE model (the gpt-oss format); "
+                             f"{self.model} has none, use bf16, fp8 or nvfp4")
+        return self
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.kv.dtype or self.precision.activations
+
+    @property
+    def comm_dtype(self) -> str:
+        return self.precision.communication or self.precision.activations
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")

@@ -6,10 +6,14 @@ import argparse
 from sim.commands.common import add_config_args, shortcut_sets
 
 SHORTCUTS = [
-    ("--model", "model", str, "catalog model id, e.g. llama-3.1-70b"),
+    ("--model", "model", str, "catalog model id (e.g. llama-3.1-70b), a card .yaml or a Hugging Face config.json"),
     ("--hardware", "hardware", str, "catalog hardware id, e.g. a100-80gb"),
+    ("--dtype", "dtype", str, "weight dtype: bf16, fp16, fp8, nvfp4 (Blackwell), mxfp4 (gpt-oss)"),
     ("--tp", "parallelism.tp", int, "tensor-parallel degree"),
     ("--pp", "parallelism.pp", int, "pipeline stages"),
+    ("--cost-model", "cost.model", str, "auto, kerneldb, profiled or roofline"),
+    ("--framework", "cost.framework", str, "serving framework priced by the kernel database: vllm, sglang, trtllm"),
+    ("--framework-version", "cost.framework_version", str, "framework version in the kernel database (default newest)"),
     ("--replicas", "cluster.replicas", int, "identical replicas"),
     ("--scheduler", "scheduler.name", str, "scheduling policy"),
     ("--rate", "workload.rate", float, "arrival rate (req/s); with --trace, rescales the trace to it"),

@@ -46,7 +46,13 @@ class KVManager:
 
     ``watermark`` (a fraction of the pool, vLLM's default 0.01) is kept free when admitting new
     requests so running ones can still grow.
+
+    ``static_refusal`` is a capability the schedulers' ``steady`` reads: True when an allocation
+    this manager refuses has no side effects and stays refused while free blocks only shrink
+    (so a waiting request refused once need not be asked again during a run of decode steps).
     """
+
+    static_refusal = True
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, swap_blocks: int = 0):
         self.pool = self._make_pool(num_blocks)

@@ -159,6 +159,8 @@ class CachedBlockPool(BlockPool):
 class PrefixKVManager(KVManager):
     """``KVManager`` with prefix caching over a ``CachedBlockPool``."""
 
+    static_refusal = False  # an admission attempt looks the prefix up, which touches the cache
+
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, swap_blocks: int = 0,
                  eviction: str = "lru"):
         self._eviction = eviction

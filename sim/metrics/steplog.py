@@ -10,6 +10,27 @@ from dataclasses import dataclass, field
 from sim.types import COMPONENTS
 
 
+class ItlLog:
+    """The inter-token latencies, stored weighted: distinct gaps (s) in ``values`` with the
+    number of tokens that had each in ``counts`` (the tokens of a step whose previous token came
+    at the step's start share one gap)."""
+
+    __slots__ = ("values", "counts")
+
+    def __init__(self):
+        self.values = array("d")
+        self.counts = array("q")
+
+    def add(self, gap: float, tokens: int) -> None:
+        self.values.append(gap)
+        self.counts.append(tokens)
+
+    def extend(self, gaps: list[float], tokens: int) -> None:
+        """One entry of ``tokens`` tokens per gap."""
+        self.values.extend(gaps)
+        self.counts.extend([tokens] * len(gaps))
+
+
 @dataclass
 class StepLog:
     """Columnar per-step records (one entry per engine step)."""

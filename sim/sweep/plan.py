@@ -83,13 +83,19 @@ def fits(cfg: dict) -> str | None:
         return f"tp={tp} does not divide {model.num_attention_heads} attention / {model.num_kv_heads} KV heads"
     knobs = c.scheduler.knobs()
     try:
-        plan_memory(model, hw, tp=tp, pp=c.parallelism.pp, dtype=c.dtype, kv_dtype=c.kv.dtype or c.dtype,
+        plan_memory(model, hw, tp=tp, pp=c.parallelism.pp, dtype=c.dtype, kv_dtype=c.kv_dtype,
                     block_size=c.kv.block_size, gpu_memory_utilization=c.kv.gpu_memory_utilization,
                     max_num_batched_tokens=knobs.max_step_tokens, max_num_seqs=knobs.max_num_seqs,
-                    runtime_overhead_gib=c.kv.runtime_overhead_gib, num_gpu_blocks=c.kv.num_gpu_blocks)
+                    runtime_overhead_gib=c.kv.runtime_overhead_gib, num_gpu_blocks=c.kv.num_gpu_blocks,
+                    act_dtype=c.precision.activations)
     except CapacityError as e:
         return f"does not fit: {str(e).split(':', 1)[1].split('. Raise')[0].strip()}"
     return None
+
+
+def _gpu_price(base: dict, hardware: str) -> tuple[float | None, str]:
+    """A GPU's price under ``base``; a GPU skipped for lacking the weight dtype still has one."""
+    return price_of(load_config(set_key(set_key(base, "hardware", hardware), "dtype", "bf16")))
 
 
 def _fleet(cfg: dict, rate: float, replicas: int, seed: int) -> dict:
@@ -164,7 +170,7 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
         row = {"candidate": c.label, "hardware": c.hardware, "tp": c.tp, "scheduler": c.scheduler,
                "knobs": ",".join(f"{a}={b}" for a, b in c.knobs)}
         cfg = load_config(c.apply(base)) if c not in skipped else None
-        price, source = price_of(cfg) if cfg is not None else price_of(load_config(set_key(base, "hardware", c.hardware)))
+        price, source = price_of(cfg) if cfg is not None else _gpu_price(base, c.hardware)
         row.update({"usd_per_gpu_hour": price, "price_source": source})
         if c in skipped:
             rows.append({**row, "status": "does not fit", "note": skipped[c]})
@@ -233,7 +239,7 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
     table.to_parquet(out / "plan.parquet", index=False)
     prices = {}
     for g in gpus:
-        p, src = price_of(load_config(set_key(base, "hardware", g)))
+        p, src = _gpu_price(base, g)
         prices[g] = {"usd_per_gpu_hour": p, "source": src}
     meta = {
         "kind": "plan", "model": model, "rate": rate, "slo": {"ttft_p99_s": settings.ttft_p99_s, "tpot_p99_s": settings.tpot_p99_s},
