@@ -49,8 +49,12 @@ def make_plans(model: str, hardware: str, overrides: list[str] | None = None, pr
         raise ValueError("plans are recorded for one replica")
     eng = Engine(cfg, record_plans=True)
     out = eng.run()
-    reqs = {str(r.id): [r.spec.arrival_s, r.spec.prompt_tokens, r.spec.output_tokens] for r in out.requests
-            if r.first_scheduled_s is not None}
+    from sim.metrics.records import requests_frame
+
+    req = requests_frame(out)
+    req = req[req["first_scheduled_s"].notna()]
+    reqs = {str(i): [a, p, o] for i, a, p, o in zip(req["request_id"].tolist(), req["arrival_s"].tolist(),
+                                                     req["prompt_tokens"].tolist(), req["output_tokens"].tolist())}
     steps = []
     for (_rep, start, ids, shape), dur in zip(eng.plans, out.steps.duration_s):
         steps.append({"start_s": start, "ids": list(ids), "new": list(shape.new_tokens),

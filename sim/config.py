@@ -135,6 +135,10 @@ class EngineSection(_Strict):
     fast_forward: bool = Field(default=True, description=(
         "price runs of identical decode steps without per-request work between their ends; "
         "exact (same results as step by step), only faster"))
+    workers: int = Field(default=1, ge=1, le=256, description=(
+        "processes that share the replicas when they share no state (a router that reads no "
+        "load and knows its turns, i.e. round_robin; no disaggregation; open-loop arrivals); "
+        "results are identical to one process"))
 
 
 class Output(_Strict):
@@ -143,6 +147,12 @@ class Output(_Strict):
     step_records: bool = Field(default=True, description=(
         "keep one row per engine step (steps.parquet, time-series figures); turn off for runs of "
         "millions of requests, whose memory is then bounded by the requests alone"))
+    stream: bool = Field(default=False, description=(
+        "write request rows to requests.parquet in chunks as requests leave, so memory stays "
+        "bounded (runs of tens of millions); needs an output folder; latency quantiles are read "
+        "back exactly from the file, ITL quantiles come from a log-bucket sketch (0.1% relative "
+        "error); no figures"))
+    stream_chunk_rows: int = Field(default=200_000, ge=1, description="request rows per written chunk")
 
 
 class Config(_Strict):

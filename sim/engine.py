@@ -25,7 +25,9 @@ from sim.cost import make_cost_model
 from sim.cost.memory import plan_memory
 from sim.fastforward import decode_run, steady_decode
 from sim.kv import KVManager, make_kv_manager
-from sim.metrics.steplog import ItlLog, StepLog
+from sim.metrics.requestlog import RequestLog
+from sim.metrics.records import ParquetSink
+from sim.metrics.steplog import ItlLog, ItlSketch, StepLog
 from sim.request import Request
 from sim.scheduler import REGISTRY
 from sim.types import BatchShape
@@ -37,10 +39,12 @@ class SimOutput:
     """Everything a run produced, as plain values (records for the metrics stage)."""
 
     config: Config
-    requests: list[Request]
+    requests: RequestLog
+    """One row per arrived request (the Request objects are dropped as requests leave)."""
     steps: StepLog
-    itl: ItlLog
-    """Inter-token gaps, stored weighted (distinct gaps with the tokens that had each)."""
+    itl: ItlLog | ItlSketch
+    """Inter-token gaps, stored weighted (distinct gaps with the tokens that had each), or their
+    sketch when streaming."""
     memory: dict
     num_gpus: int
     simulated_s: float
@@ -49,18 +53,11 @@ class SimOutput:
     cost_params: dict
     out_of_range: int
     kv_blocks_per_replica: int
+    workers: int = 1  # processes the replicas ran in (engine.workers)
     cost_info: dict | None = None
     """What priced the run, when the cost model describes itself (the kernel database does)."""
     warnings: list = field(default_factory=list)
     """One line per thing the user should know about this run (``ServesimWarning``)."""
-
-    @property
-    def itl_values(self):
-        return self.itl.values
-
-    @property
-    def itl_counts(self):
-        return self.itl.counts
 
 
 class Replica:
@@ -96,8 +93,12 @@ class Engine:
     applies it with ``lifecycle.complete_run``.
     """
 
-    def __init__(self, cfg: Config, progress=None, record_plans: bool = False):
+    def __init__(self, cfg: Config, progress=None, record_plans: bool = False, stream_to=None,
+                 shard: tuple[int, int] = (0, 1)):
         self.cfg = cfg
+        # shard (w, n): this process simulates replicas i with i % n == w (see ``run_engine``)
+        self.shard = shard
+        self.own = {i for i in range(cfg.cluster.replicas) if i % shard[1] == shard[0]}
         # record_plans: keep each step's (replica, start_s, request ids, BatchShape) in
         # ``self.plans`` (the real replay of calibration/ executes them); off by default.
         self.plans: list | None = [] if record_plans else None
@@ -133,10 +134,13 @@ class Engine:
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
         self.rng = np.random.default_rng(cfg.seed)
         self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
-        self.requests: list[Request] = []
-        self.by_id: dict[int, Request] = {}
+        # rows of the requests that left; with output.stream they go to ``stream_to`` in chunks
+        self.sink = ParquetSink(stream_to) if stream_to is not None else None
+        self.requests = RequestLog(self.sink, cfg.output.stream_chunk_rows)
+        self.by_id: dict[int, Request] = {}  # the requests in flight
+        self.admitted = 0
         self.steps = StepLog(keep_rows=cfg.output.step_records)
-        self.itl = ItlLog()
+        self.itl = ItlSketch() if self.sink is not None else ItlLog()
         # decode fast-forward: exact, so on by default; needs the next arrival time (open loop:
         # the read-ahead; closed loop: the clients' pending ramp-up and think timeouts, since a
         # client waiting on its response can only send after a run, which ends at a completion)
@@ -152,26 +156,39 @@ class Engine:
 
     # ------------------------------------------------------------------ admission
     def admit(self, spec) -> None:
-        """An arrival: reject it with a reason, or route it to a replica's scheduler."""
+        """An arrival: reject it with a reason, or route it to a replica's scheduler. (A shard
+        keeps only the requests routed to its replicas, and shard 0 the ones rejected before
+        routing.)"""
         ctx = self.model.max_context
+        order = self.admitted
+        self.admitted += 1
         if spec.max_output_tokens is None:
             spec = replace(spec, max_output_tokens=max(1, ctx - spec.prompt_tokens))
-        req = Request(spec)
-        self.requests.append(req)
-        self.by_id[req.id] = req
         if spec.prompt_tokens + spec.output_tokens > ctx:
+            if self.shard[0]:
+                return
+            req = self._new(spec, order)
             return self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} tokens exceed "
                                      f"{self.model.id}'s context of {ctx}")
         pool = self.entry_pool
         loads = [ReplicaLoad(len(r.scheduler.waiting), len(r.scheduler.running), r.kv.num_used / r.kv.num_blocks)
                  for r in pool] if self.route.reads_load else pool
         rep = pool[self.route(spec, loads, self.route_state)]
+        if rep.idx not in self.own:
+            return
+        req = self._new(spec, order)
         req.replica = rep.idx
         reason = rep.scheduler.reject_reason(req)
         if reason:
             return self._reject(req, reason)
         rep.scheduler.add(req)
         rep.poke()
+
+    def _new(self, spec, order: int) -> Request:
+        req = Request(spec)
+        req.order = order
+        self.by_id[req.id] = req
+        return req
 
     def _reject(self, req: Request, reason: str) -> None:
         lifecycle.reject(req, reason)
@@ -183,7 +200,10 @@ class Engine:
             self._reject(self.by_id[rid], reason)
 
     def _done(self, req: Request) -> None:
-        """``req`` finished or was rejected: wake its closed-loop client, count progress."""
+        """``req`` finished or was rejected: its row is written and its object dropped; wake its
+        closed-loop client, count progress."""
+        self.requests.add(req, req.order)
+        del self.by_id[req.id]
         if self.done_events:
             ev = self.done_events.pop(req.id, None)
             if ev is not None:
@@ -218,7 +238,7 @@ class Engine:
         """Decode fast-forward from a steady decode ``plan`` (a generator the loop yields from)."""
         lifecycle.commit(plan, self.by_id, start)
         reqs = [self.by_id[rid] for rid in plan.num_new_tokens]
-        run = decode_run(reqs, rep.kv, rep.cost, start, self.next_arrival_for(rep))
+        run = decode_run(reqs, rep.kv, rep.cost, start, self.next_arrival_for(rep), self.steps.keep_rows)
         waiting = len(rep.scheduler.waiting)  # arrivals can land only in the run's last step
         yield _At(self.env, run.times[-1])
         for r in lifecycle.complete_run(reqs, run.times, run.steps, self.itl):
@@ -309,7 +329,7 @@ class Engine:
                 budget[0] -= 1
             clipped["prompt"] += p_clip
             clipped["output"] += o_clip
-            rid = len(self.requests)
+            rid = self.admitted
             done = self.done_events[rid] = env.event()
             done.client = c
             self.admit(RequestSpec(id=rid, arrival_s=env.now, prompt_tokens=prompt, output_tokens=output,
@@ -361,8 +381,14 @@ class Engine:
     def run(self) -> SimOutput:
         self.env.process(self._clients() if self.cfg.workload.closed_loop else self._arrivals())
         for rep in self.replicas:
-            self.env.process(self._replica(rep))
+            if rep.idx in self.own:
+                self.env.process(self._replica(rep))
         self.env.run()
+        for r in sorted(self.by_id.values(), key=lambda r: r.order):  # unfinished: rows too
+            self.requests.add(r, r.order)
+        if self.sink is not None:
+            self.requests.flush()
+            self.sink.close()
         cfg = self.cfg
         return SimOutput(
             config=cfg, requests=self.requests, steps=self.steps, itl=self.itl, memory=self.mem.as_dict(),
@@ -371,7 +397,7 @@ class Engine:
             cost_params={"source": self.cost.params_source, **self.cost.p.as_dict()},
             out_of_range=self.cost.out_of_range_total(), kv_blocks_per_replica=self.mem.num_gpu_blocks,
             cost_info=self.cost.describe() if hasattr(self.cost, "describe") else None,
-            warnings=self.warnings + clip_warnings(self.workload.info, cfg, len(self.requests)))
+            warnings=self.warnings + clip_warnings(self.workload.info, cfg, self.admitted))
 
 
 class _At(simpy.events.Timeout):
@@ -411,6 +437,18 @@ def clip_warnings(info: dict, cfg: Config, arrived: int) -> list[str]:
     return out
 
 
-def run_engine(cfg: Config, progress=None) -> SimOutput:
-    """Build the pipeline for ``cfg`` and run it to completion."""
-    return Engine(cfg, progress).run()
+def run_engine(cfg: Config, progress=None, stream_to=None) -> SimOutput:
+    """Build the pipeline for ``cfg`` and run it to completion (``stream_to``: the Parquet file
+    request rows are streamed to, with ``output.stream``). With ``engine.workers`` > 1 the
+    replicas are shared out over processes (``sim.shards``)."""
+    workers = min(cfg.engine.workers, cfg.cluster.replicas)
+    if workers > 1:
+        from sim.shards import run_sharded
+
+        return run_sharded(cfg, workers, progress)
+    return Engine(cfg, progress, stream_to=stream_to).run()
+
+
+def run_shard(cfg: Config, shard: tuple[int, int]) -> SimOutput:
+    """One process's part of a sharded run (no progress bar, no streaming)."""
+    return Engine(cfg, shard=shard).run()

@@ -10,7 +10,6 @@ a time (tests/test_fast_forward.py).
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,14 +25,14 @@ class DecodeRun:
 
     reqs: list
     times: list  # steps + 1 entries: each step's start, then the last step's end
-    columns: dict  # "total" and each component: one value per step
+    columns: dict | None  # "total" and each component, one value per step (None: not asked for)
     used: list  # KV blocks in use after each step's allocations
     source: str
     steps: int
 
 
-VECTOR_RUN = 48
-"""Decode runs expected to last at least this many steps are priced with numpy arrays."""
+FIRST_CHUNK = 24
+"""Steps priced in the first go when a run may end at an arrival (runs are usually short)."""
 
 
 def steady_decode(sched, plan, by_id: dict) -> bool:
@@ -49,30 +48,68 @@ def steady_decode(sched, plan, by_id: dict) -> bool:
     return True
 
 
-def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: float) -> DecodeRun:
+def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: float,
+               columns: bool = True) -> DecodeRun:
     """The steps of a steady decode batch ``reqs`` starting at ``start``, up to the first of (a
-    request finishes, ``arrival``: the earliest time a request can reach this replica, a block
-    the pool cannot give), with per-request work only at the ends. Blocks are allocated as the
-    steps need them; request state is left to ``lifecycle.complete_run``."""
+    request finishes, a step that would start at or after ``arrival``: the earliest time a
+    request can reach this replica, a block the pool cannot give), with per-request work only
+    at the ends. Blocks are allocated as the steps need them; request state is left to
+    ``lifecycle.complete_run``. ``columns``: also return each step's time breakdown."""
     n = len(reqs)
     horizon = min(r.output_tokens - r.num_generated for r in reqs)
     kv_tokens = sum(r.num_computed for r in reqs) + n
     longest = max(r.num_computed for r in reqs) + 1
     grower = BlockGrower(kv, reqs)
+    times = _clock(cost, n, kv_tokens, longest, horizon, start, arrival)
+    if times is None:  # no side-effect-free series: step by step (table lookups count each query)
+        return _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival)
+    k_end = grower.grow_until(len(times) - 1)
+    del times[k_end + 1:]
+    cols = None
+    if columns:
+        series = cost.decode_series(n, kv_tokens, longest, k_end)
+        cols = {c: series[c].tolist() for c in ("total", *COMPONENTS)}
+    return DecodeRun(reqs, times, cols, grower.used(k_end), cost.source, k_end)
+
+
+def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: float, arrival: float) -> list | None:
+    """Start times of the run's steps up to ``horizon`` or the first step (after the first) that
+    would start at or after ``arrival``, then the end of the last: the clock simpy would keep
+    (sequential sums). Prices in chunks: a short list first, then longer arrays."""
+    times, t, done = [start], start, 0
+    m = horizon if arrival == float("inf") else FIRST_CHUNK
+    while done < horizon:
+        m = min(m, horizon - done)
+        tot = cost.decode_totals(n, kv_tokens + done * n, longest + done, m)
+        if tot is None:
+            return None
+        if isinstance(tot, list):
+            for x in tot:
+                if done and t >= arrival:
+                    return times
+                t += x
+                times.append(t)
+                done += 1
+        else:
+            cum = np.cumsum(np.concatenate(([t], tot)))  # sequential, like simpy's clock
+            late = np.flatnonzero(cum[:m] >= arrival)
+            if late.size and done + late[0] == 0:  # the run's first step always runs
+                late = late[1:]
+            if late.size:
+                times.extend(cum[1: int(late[0]) + 1].tolist())
+                return times
+            times.extend(cum[1:].tolist())
+            t, done = times[-1], done + m
+        m *= 4
+    return times
+
+
+def _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival) -> DecodeRun:
     st = cost.decode_step(n, kv_tokens, longest)
-    # long runs: vectorised prices (when the cost model has them); short ones: step by step
-    expect = horizon if arrival == float("inf") else min(horizon, int((arrival - start) / st.total) + 2)
-    series = cost.decode_series(n, kv_tokens, longest, horizon) if expect >= VECTOR_RUN else None
-    if series is not None:  # cut at the arrival, then at a block shortage
-        times = np.cumsum(np.concatenate(([start], series["total"])))  # sequential, like simpy's clock
-        late = np.flatnonzero(times[1:horizon] >= arrival)
-        k_end = grower.grow_until(int(late[0]) + 1 if late.size else horizon)
-        cols = {c: series[c][:k_end].tolist() for c in ("total", *COMPONENTS)}
-        return DecodeRun(reqs, times[: k_end + 1].tolist(), cols, grower.used(k_end), series["source"], k_end)
-    sts, times, t = [st], [start], start + st.total  # step by step (table lookups count each query)
-    heap, price = grower.heap, cost.decode_step
+    sts, times, t = [st], [start], start + st.total
+    due, price = grower.due, cost.decode_step
     for k in range(1, horizon):
-        if t >= arrival or (heap[0][0] == k and grower.grow_until(k + 1) == k):
+        if t >= arrival or (min(due) == k and grower.grow_until(k + 1) == k):
             break
         times.append(t)
         st = price(n, kv_tokens + k * n, longest + k)
@@ -92,31 +129,38 @@ class BlockGrower:
     def __init__(self, kv: KVManager, reqs: list[Request]):
         self.kv, self.reqs = kv, reqs
         bs, tables = kv.block_size, kv.tables
-        # (step at which request i needs its next block, i): the step whose token overflows its table
-        self.heap = [(len(tables[r.id]) * bs - r.num_computed, i) for i, r in enumerate(reqs)]
-        heapq.heapify(self.heap)
+        # the step at which request i needs its next block: the step whose token overflows its table
+        self.due = [len(tables[r.id]) * bs - r.num_computed for r in reqs]
         self.start_used = kv.num_used
         self.changes: list[tuple[int, int]] = []
 
     def grow_until(self, k_end: int) -> int:
         """Allocate for the steps before ``k_end``; returns the first step the pool cannot give
         (``k_end`` if it can give them all)."""
-        kv, heap, bs, tables = self.kv, self.heap, self.kv.block_size, self.kv.tables
-        while heap and heap[0][0] < k_end:
-            k = heap[0][0]
-            need = []
-            while heap and heap[0][0] == k:
-                need.append(heapq.heappop(heap)[1])
-            if not kv.can_allocate(len(need)):  # each needs exactly one block
-                for i in need:
-                    heapq.heappush(heap, (k, i))
+        kv, bs, due, reqs = self.kv, self.kv.block_size, self.due, self.reqs
+        events = []  # (step, request index): every block needed before k_end, in allocation order
+        for i, k in enumerate(due):
+            while k < k_end:
+                events.append((k, i))
+                k += bs
+        if not events:
+            return k_end
+        events.sort()
+        j, m = 0, len(events)
+        while j < m:
+            k = events[j][0]
+            e = j + 1
+            while e < m and events[e][0] == k:
+                e += 1
+            if not kv.can_allocate(e - j):  # each needs exactly one block
                 return k
-            for i in sorted(need):
-                r = self.reqs[i]
-                if not kv.allocate(r.id, r.num_computed + 1 + k):
+            for _, i in events[j:e]:
+                r = reqs[i]
+                if not kv.grow_one(r.id, r.num_computed + 1 + k):
                     raise RuntimeError(f"KV manager refused a block it said it had (request {r.id})")
-                heapq.heappush(heap, (len(tables[r.id]) * bs - r.num_computed, i))
+                due[i] = k + bs
             self.changes.append((k, kv.num_used))
+            j = e
         return k_end
 
     def used(self, steps: int) -> list[int]:

@@ -124,27 +124,29 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
     gaps = [times[j + 1] - times[j] for j in range(1, steps)]  # "now - start" of each later step
     run_max = max(gaps) if gaps else 0.0
     same = 0
+    done = []
     for r in reqs:  # the first step's gaps, grouped as complete_step groups them
-        gap = first_end - r.last_token_s
-        if r.last_token_s == start0:
+        last = r.last_token_s
+        gap = first_end - last
+        if last == start0:
             same += 1
         elif itl is not None:
             itl.add(gap, 1)
-        r.max_itl_s = max(r.max_itl_s, gap, run_max)
+        m = gap if gap > run_max else run_max
+        if m > r.max_itl_s:
+            r.max_itl_s = m
         r.num_computed += steps
-        r.num_generated += steps
+        g = r.num_generated = r.num_generated + steps
         r.last_token_s = end
+        if g >= r.output_tokens:
+            r.status = Status.FINISHED
+            r.finish_s = end
+            done.append(r)
     if itl is not None:
         if same:
             itl.add(first_end - start0, same)
         if gaps:
             itl.extend(gaps, len(reqs))
-    done = []
-    for r in reqs:
-        if r.num_generated >= r.output_tokens:
-            r.status = Status.FINISHED
-            r.finish_s = end
-            done.append(r)
     return done
 
 

@@ -16,7 +16,7 @@ from sim import simulate
 from sim.catalog import get_hardware, get_model
 from sim.cli import main
 from sim.config import load_config
-from sim.cost import kerneldb_data as kd
+from sim.cost import kerneldb, kerneldb_data as kd
 from sim.cost import make_cost_model
 from sim.types import BatchShape
 
@@ -150,7 +150,10 @@ def test_auto_uses_the_database_and_every_output_says_so(tmp_path, capsys):
     assert (cm["source"], cm["framework"], cm["framework_version"], cm["system"]) == (
         "aiconfigurator-core kernel database", "vllm", version, "h200_sxm")
     assert cm["package_version"] == kd.package_version() and s["sim"]["cost_model"] == "kerneldb"
-    assert cm["engine_overhead"]["cpu_step_s"] > 0
+    ov = cm["engine_overhead"]
+    fitted = json.loads(kerneldb.OVERHEAD_FILE.read_text())["frameworks"]["vllm"]
+    assert (ov["cpu_step_s"], ov["cpu_per_seq_s"]) == (fitted["step_s_by_tp"]["4"], fitted["per_seq_s"])
+    assert ov["source"].startswith("fitted by experiments/fit_engine_overhead.py")
     out = capsys.readouterr().out
     assert f"cost model kerneldb (aiconfigurator-core kernel database {kd.package_version()}: vllm {version} on h200_sxm)" in out
 
@@ -254,3 +257,27 @@ def test_fast_forward_is_exact_for_closed_loop_clients(think, ramp):
                                 "closed_loop": {"clients": 7, "think_time_s": think, "ramp_up_s": ramp}})
     on, off = both(cfg)
     assert_identical(on, off)
+
+
+def test_engine_overhead_is_read_per_framework_and_interpolated_in_tp(tmp_path, monkeypatch):
+    f = tmp_path / "overhead.json"
+    f.write_text(json.dumps({"provenance": "test", "frameworks": {
+        "vllm": {"step_s_by_tp": {"1": 1e-4, "4": 4e-4, "8": 2e-4}, "per_seq_s": 1e-6}}}))
+    monkeypatch.setattr(kerneldb, "OVERHEAD_FILE", f)
+    assert kerneldb.load_overhead("vllm", 4) == (4e-4, 1e-6, "test")
+    assert kerneldb.load_overhead("vllm", 2) == pytest.approx((2e-4, 1e-6, "test"))
+    assert kerneldb.load_overhead("vllm", 16)[0] == 2e-4  # beyond the fitted degrees: the nearest
+    assert kerneldb.load_overhead("sglang", 1) is None
+
+
+@needs_db
+def test_collections_without_a_window_size_column_read_as_full_attention():
+    """a100_sxm's older attention tables have no window_size column: every row is full attention."""
+    path = kd.package_root() / "systems" / "data" / "a100_sxm" / "attention" / "vllm" / "0.14.0" / "context_attention_perf.parquet"
+    if not path.exists():
+        pytest.skip("this aiconfigurator-core release has no a100_sxm vllm 0.14.0 attention table")
+    df = kd._read(path, ["batch_size", "window_size", "latency"])
+    assert set(df.columns) == {"batch_size", "window_size", "latency"} and (df["window_size"] == 0).all() and len(df)
+    cm = make_cost_model(load_config({"model": "llama-2-7b", "hardware": "a100-80gb", "cost": {"model": "kerneldb"}}),
+                         get_model("llama-2-7b"), get_hardware("a100-80gb"))
+    assert cm.source == "kerneldb" and cm.step_time(BatchShape((128,), (0,))).total > 0

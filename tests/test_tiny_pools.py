@@ -76,5 +76,5 @@ def test_every_request_completes_or_is_rejected_with_a_reason(data):
         assert not rep.scheduler.has_work() and rep.kv.tables == {} and rep.kv.swapped == {} and rep.kv.num_used == 0
     # bounded steps: each step computes at least one token, and a request computes its prompt and
     # output at most once per admission
-    work = sum((r.spec.prompt_tokens + r.spec.output_tokens) * (1 + r.preemptions) for r in out.requests)
+    work = int(((req["prompt_tokens"] + req["output_tokens"]) * (1 + req["preemptions"])).sum())
     assert out.steps.count <= work

@@ -19,6 +19,7 @@ SHORTCUTS = [
     ("--rate", "workload.rate", float, "arrival rate (req/s); with --trace, rescales the trace to it"),
     ("--num-requests", "workload.num_requests", int, "requests to simulate (with --trace: its first N rows)"),
     ("--seed", "seed", int, "random seed"),
+    ("--workers", "engine.workers", int, "processes for replicas that share no state (round robin)"),
 ]
 
 

@@ -18,7 +18,8 @@ duration (every stage of a request's life present in the batch: the least bunche
 
 Row -> config: ``model_path`` -> catalog model through its aliases (an ``-Instruct``, ``-FP8``
 or ``-NVFP4`` suffix names the same architecture); ``system`` -> catalog GPU
-(``kerneldb_data.SYSTEMS``); ``precision`` -> ``dtype`` (empty: bf16, the checkpoint's dtype);
+(``kerneldb_data.SYSTEMS``); ``precision`` -> ``dtype`` (empty: bf16, the checkpoint's dtype;
+fp4: nvfp4, as ``gemm_quant_mode`` says; the KV cache stays in the activation dtype);
 ``backend`` -> ``cost.framework`` (the database's newest version of it; the row's own
 version is recorded, not matched); ``tp_size`` -> ``parallelism.tp``. The scheduler is vLLM
 V1's (``vllm_v1``: running requests first, then prompt chunks, in one 8192-token budget: also
@@ -39,6 +40,7 @@ from sim.cost import kerneldb_data as kd
 
 BUCKETS = ((1, 8, "1-8"), (9, 32, "9-32"), (33, 127, "33-127"), (128, 10**9, "128+"))
 SUFFIXES = ("-instruct", "-fp8", "-nvfp4", "-fp4")
+PRECISION = {"fp4": "nvfp4"}  # the csv's fp4 rows are NVFP4 (gemm_quant_mode nvfp4)
 
 
 def csv_path() -> Path:
@@ -109,7 +111,7 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
         else:
             keep.append(i)
     df = df.loc[keep]
-    prec = df["precision"].where(df["precision"].notna(), "bf16")
+    prec = df["precision"].where(df["precision"].notna(), "bf16").replace(PRECISION)
     df = df.assign(dtype=prec.astype(str), concurrency=df["batch_size"].astype(int), tp=df["tp_size"].astype(int))
     if limit is not None:
         df = df.head(limit)

@@ -160,6 +160,8 @@ class KernelDbCostModel(RooflineCostModel):
         self.notes += [f"prefill attention {n1}" for _ in [0] if n1] + [f"decode attention {n2}" for _ in [0] if n2]
         self._ar = {int(k.split("|")[1]): Grid([arrays[k]], arrays[k[:-1] + "t"])
                     for k in arrays if k.startswith("ar|") and k.endswith("|x")}
+        if self.tp > 1 and getattr(self, "comm_dtype", "bf16") not in ("bf16", "fp16"):
+            self.notes.append(f"all-reduce in {self.comm_dtype}: priced from the bf16 table (the only one measured)")
         if self.tp > 1 and self.tp not in self._ar:
             self.notes.append(f"all-reduce over {self.tp} GPUs: roofline (not in the database)")
         self._moe = self._moe_grid(arrays.get("moe|rows"))

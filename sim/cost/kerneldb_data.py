@@ -162,10 +162,23 @@ def _grid(df, axes: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
     return ax, t
 
 
+# columns that older collections lack, with the value they imply (e.g. a100_sxm's vllm 0.14.0
+# attention tables predate sliding-window runs: every row is full attention)
+OPTIONAL_COLUMNS = {"window_size": 0}
+
+
 def _read(path: Path, columns: list[str] | None = None):
     import pandas as pd
+    import pyarrow.parquet as pq
 
-    return pd.read_parquet(path, columns=columns)
+    if columns is None:
+        return pd.read_parquet(path)
+    have = set(pq.read_schema(path).names)
+    df = pd.read_parquet(path, columns=[c for c in columns if c in have or c not in OPTIONAL_COLUMNS])
+    for c in columns:
+        if c not in have and c in OPTIONAL_COLUMNS:
+            df[c] = OPTIONAL_COLUMNS[c]
+    return df
 
 
 def _main_kernel(df, col: str):

@@ -91,6 +91,10 @@ class RooflineParams:
         return asdict(self)
 
 
+VECTOR_STEPS = 48
+"""``decode_totals`` of at least this many steps are computed with numpy arrays."""
+
+
 class RooflineCostModel:
     """Roofline pricing of every operator; subclasses override single operators.
 
@@ -313,19 +317,52 @@ class RooflineCostModel:
         without building it (the engine's decode fast-forward prices many such steps)."""
         return self._price(num_seqs, num_seqs, (), num_seqs, kv_tokens, longest, 0)
 
-    def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict | None:
-        """``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by num_seqs, longest
-        by 1 each step) as arrays, with the same floating-point operations, so the values are
-        identical; None for subclasses that price decode attention otherwise. No side effects
-        (the roofline has no calibrated range to leave)."""
-        if type(self).attn_decode is not RooflineCostModel.attn_decode or type(self)._dense_part is not RooflineCostModel._dense_part:
+    def _plain_decode(self) -> bool:
+        """True when decode steps are priced by this class's own roofline (subclasses that
+        price decode attention or the dense part otherwise get no vectorised series)."""
+        return (type(self).attn_decode is RooflineCostModel.attn_decode
+                and type(self)._dense_part is RooflineCostModel._dense_part)
+
+    def decode_totals(self, num_seqs: int, kv_tokens: int, longest: int, steps: int):
+        """The ``total`` of ``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by
+        num_seqs, longest by 1 each step), with the same floating-point operations, so the
+        values are identical: a list for short runs, a numpy array for long ones; None for
+        subclasses that price decode attention otherwise. No side effects."""
+        if not self._plain_decode():
             return None
-        n = num_seqs
+        n, p = num_seqs, self.p
         gemm, other, comm, _ = self._dense_part(n, n)
+        cpu = p.cpu_step_s + p.cpu_per_seq_s * n
+        if steps >= VECTOR_STEPS:
+            return gemm + 0.0 + self._decode_attn_series(n, kv_tokens, steps) + comm + other + cpu + 0.0
+        # the operations of _price for a decode-only step, one step at a time
+        full, win, W = self.layers_full, self.layers_window, self.shapes.window
+        attn, out = self.attn_decode, []
+        for j in range(steps):
+            kv = kv_tokens + j * n
+            ad = full * attn(n, kv, longest + j)
+            if win:
+                ad = ad + win * attn(n, min(kv, n * W), min(longest + j, W))
+            out.append(gemm + 0.0 + ad + comm + other + cpu + 0.0)
+        return out
+
+    def _decode_attn_series(self, n: int, kv_tokens: int, steps: int) -> np.ndarray:
+        """Decode attention of all layers for ``steps`` consecutive steps (bit-identical to ``_price``)."""
         kv = kv_tokens + n * np.arange(steps, dtype=np.int64)
         ad = self.layers_full * self._decode_roof_series(n, kv)
         if self.layers_window:
             ad = ad + self.layers_window * self._decode_roof_series(n, np.minimum(kv, n * self.shapes.window))
+        return ad
+
+    def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict | None:
+        """``decode_step`` for ``steps`` consecutive steps as arrays (``total`` and each
+        component), identical values; None where ``decode_totals`` is None. No side effects
+        (the roofline has no calibrated range to leave)."""
+        if not self._plain_decode():
+            return None
+        n = num_seqs
+        gemm, other, comm, _ = self._dense_part(n, n)
+        ad = self._decode_attn_series(n, kv_tokens, steps)
         cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n
         total = gemm + 0.0 + ad + comm + other + cpu + 0.0
         full = lambda v: np.full(steps, v)  # noqa: E731

@@ -131,7 +131,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
         },
         "ttft_s": dist(done["ttft_s"]),
         "tpot_s": dist(done["tpot_s"]),
-        "itl_s": weighted_dist(out.itl_values, out.itl_counts),
+        "itl_s": out.itl.dist() if hasattr(out.itl, "dist") else weighted_dist(out.itl.values, out.itl.counts),
         "e2e_s": dist(done["e2e_s"]),
         "queue_s": dist(done["queue_s"]),
         "throughput": {
