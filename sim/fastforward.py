@@ -38,7 +38,7 @@ FIRST_CHUNK = 24
 def steady_decode(sched, plan, by_id: dict) -> bool:
     """True when ``plan`` gives every running request exactly its next decode token, nothing
     else happens in it, and the policy vouches that it would plan the same again."""
-    if (plan.preempted or plan.swapped_in or plan.blocks_swapped_out or plan.cached_tokens
+    if (plan.preempted or plan.aborted or plan.swapped_in or plan.blocks_swapped_out or plan.cached_tokens
             or len(plan.num_new_tokens) != len(sched.running) or not sched.steady()):
         return False
     for rid, n in plan.num_new_tokens.items():

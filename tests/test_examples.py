@@ -1,4 +1,5 @@
 """Runnable examples double as golden tests: their printed output is kept beside them."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,8 @@ EXP = Path(__file__).resolve().parents[1] / "experiments"
 
 @pytest.mark.parametrize("script", ["quickstart.py"])
 def test_example_output_matches_golden(script):
-    out = subprocess.run([sys.executable, str(EXP / script)], capture_output=True, text=True, check=True).stdout
+    env = {**os.environ, "PYTHONPATH": str(EXP.parent)}  # this checkout's sim, not wherever it is installed from
+    out = subprocess.run([sys.executable, str(EXP / script)], capture_output=True, text=True, check=True, env=env).stdout
     expected = (EXP / script.replace(".py", ".expected.txt")).read_text()
     assert out == expected
 

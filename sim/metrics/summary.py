@@ -127,7 +127,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "rejected": int(len(rejected)),
             "unfinished": int(arrived - len(done) - len(rejected)),
             "preemptions": int(req["preemptions"].sum()),
-            "reject_reasons": dict(sorted(reasons.items())),
+            "rejected_by_reason": dict(sorted(reasons.items())),
         },
         "ttft_s": dist(done["ttft_s"]),
         "tpot_s": dist(done["tpot_s"]),
@@ -157,6 +157,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
         "prefix_cache": prefix_cache(cfg, req),
         "workload": out.workload_info,
         "cost_model": cost_model_block(out),
+        "warnings": list(getattr(out, "warnings", [])),
         "sim": {
             "wall_s": wall_s,
             "steps": int(log.count),
