@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pandas as pd
 import yaml
 
 from sim.config import Config, load_config
-from sim.errors import ConfigError
+from sim.errors import ConfigError, ServesimWarning
 from sim.metrics.records import read_streamed, requests_frame, steps_frame
 from sim.metrics.summary import clean_json, summarize
 
@@ -80,6 +81,8 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
     finally:
         if bar is not None:
             bar.close()
+    for w in sim_out.warnings:  # each once per run
+        warnings.warn(w, ServesimWarning, stacklevel=2)
     req = read_streamed(stream_to) if stream_to else requests_frame(sim_out)
     steps = steps_frame(sim_out)
     wall = time.perf_counter() - t0

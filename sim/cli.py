@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
-from sim.errors import ServesimError
+from sim.errors import ServesimError, ServesimWarning
 
 COMMANDS = [
     "sim.commands.run",
@@ -30,7 +31,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``ServesimWarning``: one plain line on stderr; other warnings as Python prints them."""
+    if issubclass(category, ServesimWarning):
+        print(f"servesim: warning: {message}", file=file or sys.stderr)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = warnings.showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.showwarning = _show_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -83,7 +83,7 @@ class SchedulerSection(BaseModel):
     """``name`` plus that policy's knobs (checked against the policy's own ``Knobs``)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
-    name: str = "vllm"
+    name: str = "vllm_v1"
 
     @model_validator(mode="after")
     def _knobs(self):
@@ -318,7 +318,7 @@ def _format_error(err: ValidationError, data: dict) -> str:
             if loc[:1] == ("scheduler",) and len(loc) == 2:
                 try:
                     from sim.scheduler import REGISTRY
-                    known = list(REGISTRY[data.get("scheduler", {}).get("name", "vllm")].Knobs.model_fields) + ["name"]
+                    known = list(REGISTRY[data.get("scheduler", {}).get("name", "vllm_v1")].Knobs.model_fields) + ["name"]
                 except Exception:
                     known = []
             close = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.5)

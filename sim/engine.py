@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
@@ -61,6 +61,8 @@ class SimOutput:
     """What priced the run, when the cost model describes itself (the kernel database does)."""
     faults: dict | None = None  # summary.json's ``faults`` block (None without faults)
     fleet: FleetLog | None = None  # provisioning record (autoscaling only)
+    warnings: list = field(default_factory=list)
+    """One line per thing the user should know about this run (``ServesimWarning``)."""
 
 
 class Replica:
@@ -124,11 +126,17 @@ class Engine:
         kv_dtype = cfg.kv_dtype
         self.mem = plan_memory(
             self.model, self.hw, tp=tp, pp=pp, dtype=cfg.dtype, kv_dtype=kv_dtype, block_size=cfg.kv.block_size,
-            gpu_memory_utilization=cfg.kv.gpu_memory_utilization, max_num_batched_tokens=knobs.max_num_batched_tokens,
+            gpu_memory_utilization=cfg.kv.gpu_memory_utilization, max_num_batched_tokens=knobs.max_step_tokens,
             max_num_seqs=knobs.max_num_seqs, runtime_overhead_gib=cfg.kv.runtime_overhead_gib,
             num_gpu_blocks=cfg.kv.num_gpu_blocks, act_dtype=cfg.precision.activations)
         self.cost = make_cost_model(cfg, self.model, self.hw)
         self.sched_cls, self.knobs = REGISTRY[cfg.scheduler.name], knobs
+        sched_cls = self.sched_cls
+        self.warnings: list[str] = []
+        if cfg.kv.prefix_caching and not sched_cls.uses_prefix_hits:
+            users = ", ".join(sorted(n for n, c in REGISTRY.items() if c.uses_prefix_hits))
+            self.warnings.append(f"kv.prefix_caching is on but scheduler {cfg.scheduler.name!r} never uses prefix-cache "
+                                 f"hits (blocks are cached, no prefill is skipped); schedulers that use them: {users}")
         self.replicas = [self._new_replica(i) for i in range(cfg.cluster.replicas)]
         npre = cfg.cluster.prefill_replicas
         self.disagg: Disaggregation | None = None
@@ -240,6 +248,11 @@ class Engine:
         self.fault_log.lose(reason.split(":")[0])
         self._done(req)
 
+    def _abort(self, plan) -> None:
+        """Requests the policy dropped with ``plan`` (they left its queues for good)."""
+        for rid, reason in plan.aborted.items():
+            self._reject(self.by_id[rid], reason)
+
     def _done(self, req: Request) -> None:
         """``req`` finished, was rejected or lost: its row is written and its object dropped; wake
         its closed-loop client, count progress; note when the last request in flight ends."""
@@ -259,6 +272,8 @@ class Engine:
     def _step(self, rep: Replica, plan, start: float):
         """Commit ``plan``, wait for its step, complete it (a generator the loop yields from)."""
         ctx = lifecycle.commit(plan, self.by_id, start)
+        if plan.aborted:
+            self._abort(plan)
         shape = BatchShape(tuple(plan.num_new_tokens.values()), tuple(ctx), plan.blocks_swapped_in,
                            plan.blocks_swapped_out, self.cfg.parallelism.tp, self.cfg.parallelism.pp)
         st = self._cost(rep, start).step_time(shape)
@@ -302,11 +317,13 @@ class Engine:
     def _transfer(self, r: Request, seconds: float):
         """Disaggregation: ``r``'s KV moves to a decode replica."""
         yield self.env.timeout(seconds)
-        dst = self.disagg.land(r)
+        dst, reason = self.disagg.land(r)
         if dst is None:  # every decode replica is down: prefill again from scratch
             lifecycle.crash_requeue(r)
             self.fault_log.requeued += 1
             return self._dispatch(r)
+        if reason:  # the decode replica could never admit it: aborted, counted
+            self._reject(r, reason)
         dst.poke()
         if self.arrivals_done and not self.disagg.upstream_busy(dst):
             for rep in self.replicas:  # idle decode replicas may now stop
@@ -376,12 +393,13 @@ class Engine:
         from sim.workload.closed_loop import client_draws
 
         env, wl, wakes = self.env, self.cfg.workload, self.client_wakes
+        clipped = self.workload.info.setdefault("clipped", {"prompt": 0, "output": 0})
         ramp = wl.closed_loop.ramp_up_s * c / wl.closed_loop.clients
         if ramp > 0:
             wakes[c] = env.now + ramp
             yield env.timeout(ramp)
             del wakes[c]
-        for think, prompt, output in client_draws(wl, self.cfg.seed, c):
+        for think, prompt, output, p_clip, o_clip in client_draws(wl, self.cfg.seed, c):
             if think > 0:
                 wakes[c] = env.now + think
                 yield env.timeout(think)
@@ -392,6 +410,8 @@ class Engine:
                 if budget[0] <= 0:
                     return
                 budget[0] -= 1
+            clipped["prompt"] += p_clip
+            clipped["output"] += o_clip
             rid = self.admitted
             done = self.done_events[rid] = env.event()
             done.client = c
@@ -534,19 +554,29 @@ class Engine:
     def _serve(self, rep: Replica):
         """One replica's loop: plan, then one step or one fast-forwarded run; sleep when idle."""
         env, sched = self.env, rep.scheduler
+        idle_plans = 0  # plans in a row that computed nothing
         while True:
             plan = sched.schedule(env.now)
             if plan.empty:
+                moved = bool(plan.preempted or plan.aborted)
+                if moved:  # preemptions or aborts without a step: apply them, plan again
+                    lifecycle.commit(plan, self.by_id, env.now)
+                    self._abort(plan)
                 if sched.has_work():
-                    raise RuntimeError(f"scheduler {sched.name!r} made no progress with "
-                                       f"{len(sched.waiting)} waiting and {len(sched.running)} running requests")
+                    idle_plans += 1
+                    if not moved or idle_plans > 2:  # no progress: stuck requests become counted aborts
+                        for r, reason in sched.drop_stuck():
+                            self._reject(r, reason)
+                    continue
                 if self.arrivals_done and not (self.disagg and self.disagg.upstream_busy(rep)) \
                         and not (self.dynamic and self.by_id):  # a crash may re-queue requests here
                     return
                 rep.wake = env.event()
                 yield rep.wake
                 rep.wake = None
-            elif self.fast_forward and steady_decode(sched, plan, self.by_id):
+                continue
+            idle_plans = 0
+            if self.fast_forward and steady_decode(sched, plan, self.by_id):
                 yield from self._run(rep, plan, env.now)
             else:
                 yield from self._step(rep, plan, env.now)
@@ -580,6 +610,7 @@ class Engine:
             cost_params={"source": self.cost.params_source, **self.cost.p.as_dict()},
             out_of_range=self.cost.out_of_range_total(), kv_blocks_per_replica=self.mem.num_gpu_blocks,
             cost_info=self.cost.describe() if hasattr(self.cost, "describe") else None,
+            warnings=self.warnings + clip_warnings(self.workload.info, cfg, self.admitted),
             faults=self.fault_log.summary(self.faults, end) if cfg.faults.events else None, fleet=self.fleet)
 
 
@@ -595,6 +626,29 @@ class _At(simpy.events.Timeout):
         self._delay = at - env.now
         self._ok = True
         heapq.heappush(env._queue, (at, simpy.core.NORMAL, next(env._eid), self))
+
+
+def clip_warnings(info: dict, cfg: Config, arrived: int) -> list[str]:
+    """One line per kind of clipping the workload did (``info["clipped"]``, ``clipped_to_context``).
+    Every clipped request is counted in the summary; a lognormal's bounds are its documented
+    truncation, so its clipping warns only past 1% of the requests (the default conversation
+    lognormals clip about 0.3% of the outputs at 2,048 tokens)."""
+    out = []
+    for side in ("prompt", "output"):
+        n = (info.get("clipped") or {}).get(side)
+        d = getattr(cfg.workload, side)
+        truncation = bool(cfg.workload.tenants) or d.kind == "lognormal"  # (tenants: each its own; the 1% rule)
+        if n and (not truncation or n > 0.01 * arrived):
+            where = (f"workload.{side}'s bounds [{d.min}, {d.max}]" if not cfg.workload.tenants
+                     else f"the bounds [min, max] of its tenant's {side} distribution")
+            hint = (f"; its fixed value {d.value} lies outside them (set workload.{side}.min / max to include it)"
+                    if not cfg.workload.tenants and d.kind == "fixed" else "")
+            out.append(f"{n:,} of {arrived:,} request(s) had their {side} length clipped to {where}{hint}")
+        n = (info.get("clipped_to_context") or {}).get(side)
+        if n:
+            out.append(f"{n:,} of {arrived:,} request(s) had their {side} length clipped to {cfg.model}'s context "
+                       "(workload.clip_to_context)")
+    return out
 
 
 def run_engine(cfg: Config, progress=None, stream_to=None) -> SimOutput:

@@ -16,3 +16,9 @@ class TraceError(ServesimError):
 
 class CapacityError(ServesimError):
     """The model does not fit in GPU memory; the message names the numbers."""
+
+
+class ServesimWarning(UserWarning):
+    """Something the user should know about a run that still ran (lengths clipped, a knob that
+    has no effect with this policy). ``simulate`` issues each once per run and also lists them
+    in ``summary.json`` under ``warnings``; the CLI prints them as one line each."""

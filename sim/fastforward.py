@@ -38,7 +38,7 @@ FIRST_CHUNK = 24
 def steady_decode(sched, plan, by_id: dict) -> bool:
     """True when ``plan`` gives every running request exactly its next decode token, nothing
     else happens in it, and the policy vouches that it would plan the same again."""
-    if (plan.preempted or plan.swapped_in or plan.blocks_swapped_out or plan.cached_tokens
+    if (plan.preempted or plan.aborted or plan.swapped_in or plan.blocks_swapped_out or plan.cached_tokens
             or len(plan.num_new_tokens) != len(sched.running) or not sched.steady()):
         return False
     for rid, n in plan.num_new_tokens.items():
@@ -62,6 +62,8 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     grower = BlockGrower(kv, reqs)
     times = _clock(cost, n, kv_tokens, longest, horizon, start, arrival)
     if times is None:  # no side-effect-free series: step by step (table lookups count each query)
+        if not columns and hasattr(cost, "decode_total"):
+            return _totals_step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival)
         return _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival)
     k_end = grower.grow_until(len(times) - 1)
     del times[k_end + 1:]
@@ -120,6 +122,20 @@ def _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arr
     rows = [(x.total, x.gemm, x.attn_prefill, x.attn_decode, x.comm, x.other_gpu, x.cpu, x.swap) for x in sts]
     cols = dict(zip(("total", *COMPONENTS), map(list, zip(*rows))))
     return DecodeRun(reqs, times, cols, grower.used(k_end), sts[0].source, k_end)
+
+
+def _totals_step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival) -> DecodeRun:
+    """``_step_by_step`` without per-step rows: only each step's total, priced lazily."""
+    price, due = cost.decode_total, grower.due
+    times, t = [start], start + price(n, kv_tokens, longest)
+    for k in range(1, horizon):
+        if t >= arrival or (min(due) == k and grower.grow_until(k + 1) == k):
+            break
+        times.append(t)
+        t += price(n, kv_tokens + k * n, longest + k)
+    times.append(t)
+    k_end = len(times) - 1
+    return DecodeRun(reqs, times, None, grower.used(k_end), cost.source, k_end)
 
 
 class BlockGrower:

@@ -44,7 +44,9 @@ class StepPlan:
     ``swapped_in`` / ``swapped_out`` the requests whose blocks move over the host link (a
     swapped-out request is also in ``preempted`` but keeps its computed tokens).
     ``cached_tokens`` maps a newly admitted request to the prompt tokens its prefix-cache hit
-    skips (they count as computed before the step).
+    skips (they count as computed before the step). ``aborted`` maps a request the policy
+    dropped this step to the reason (a preempted request that can never be admitted again, as
+    vLLM v0 ignores a waiting request whose blocks can never fit); it left the policy's queues.
     """
 
     num_new_tokens: dict[int, int] = field(default_factory=dict)
@@ -54,6 +56,7 @@ class StepPlan:
     blocks_swapped_in: int = 0
     blocks_swapped_out: int = 0
     cached_tokens: dict[int, int] = field(default_factory=dict)
+    aborted: dict[int, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:

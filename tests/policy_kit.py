@@ -29,9 +29,11 @@ def make(name: str, blocks: int, bs: int = 4, *, swap_blocks: int = 0, prefix: b
 def step(s, now: float = 0.0):
     """One engine step on scheduler ``s``: schedule, commit, complete (with the engine's own
     ``sim.lifecycle`` rules; the step takes no time). Returns the plan."""
+    by_id = {r.id: r for r in [*s.running, *s.waiting]}  # before: an aborted request leaves the queues
     plan = s.schedule(now)
-    by_id = {r.id: r for r in [*s.running, *s.waiting]}
     lifecycle.commit(plan, by_id, now)
+    for rid, reason in plan.aborted.items():
+        lifecycle.reject(by_id[rid], reason)
     for r in lifecycle.complete_step(plan, by_id, now, now, None)[2]:
         if r.status is Status.FINISHED:
             s.finish(r)

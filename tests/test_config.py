@@ -6,7 +6,7 @@ from sim.errors import ConfigError
 
 def test_default_config_is_the_documented_default():
     c = load_config()
-    assert (c.model, c.hardware, c.parallelism.tp, c.scheduler.name) == ("llama-3.1-8b", "h100-sxm", 1, "vllm")
+    assert (c.model, c.hardware, c.parallelism.tp, c.scheduler.name) == ("llama-3.1-8b", "h100-sxm", 1, "vllm_v1")
     assert c.workload.arrival == "poisson" and c.workload.num_requests >= 1000
     assert (c.slo.ttft_s, c.slo.tpot_s) == (2.0, 0.2)
 

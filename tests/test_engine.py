@@ -43,7 +43,7 @@ def test_long_request_rejected_with_reason_and_counted():
 
 
 def test_prompt_over_token_budget_rejected_by_vllm():
-    cfg = one_request(9000, 3)
+    cfg = {**one_request(9000, 3), "scheduler": {"name": "vllm"}}
     res = simulate(cfg)
     assert res.requests.iloc[0].status == "rejected"
     assert "max_num_batched_tokens" in res.requests.iloc[0].reject_reason

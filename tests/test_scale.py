@@ -100,3 +100,17 @@ def test_workers_give_identical_results():
 def test_workers_refused_where_replicas_share_state(section, why):
     with pytest.raises(ConfigError, match=why):
         simulate(tiny_config(engine={"workers": 2}, **section))
+
+
+def test_fast_forward_without_step_rows_is_exact_with_the_default_cost_model():
+    """Without per-step rows, runs of a cost model with lookups (the kernel database where it
+    is installed; else the roofline) are priced by totals alone: same summary, same
+    out-of-range count, same requests as stepping one step at a time."""
+    base = {"cluster": {"replicas": 2}, "workload": {"rate": 8, "num_requests": 120},
+            "output": {"plots": False, "progress": False, "step_records": False}}
+    on = simulate({**base, "engine": {"fast_forward": True}})
+    off = simulate({**base, "engine": {"fast_forward": False}})
+    pd.testing.assert_frame_equal(on.requests, off.requests)
+    a = {**on.summary, "sim": {k: v for k, v in on.summary["sim"].items() if k != "wall_s"}}
+    b = {**off.summary, "sim": {k: v for k, v in off.summary["sim"].items() if k != "wall_s"}}
+    assert a == b

@@ -7,7 +7,9 @@ figures; asserts nothing.
 
 The workload: Poisson arrivals at 40 requests/s on 8 replicas of Llama-3.1-8B on H100-SXM
 (round robin), prompt and output lengths drawn like the Azure conversation trace (the default
-lognormal fits), per-step rows off (``output.step_records: false``). Each case runs in a fresh
+lognormal fits), per-step rows off (``output.step_records: false``), priced by the roofline
+(``--cost-model auto`` uses the kernel database where it covers the GPU: slower per step, and
+its decode runs are priced step by step). Each case runs in a fresh
 process so its peak resident memory is its own. Wall time includes building the result tables
 and the summary, not Python's start-up.
 """
@@ -25,9 +27,10 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = r"""
 import json, resource, sys, time
 from sim import simulate
-n, rate, stream, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
+n, rate, stream, out, cm, workers = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], sys.argv[5], int(sys.argv[6])
 t, c = time.perf_counter(), time.process_time()
-res = simulate({"cluster": {"replicas": 8}, "workload": {"rate": rate, "num_requests": n},
+res = simulate({"cluster": {"replicas": 8}, "workload": {"rate": rate, "num_requests": n}, "cost": {"model": cm},
+                "engine": {"workers": workers},
                 "output": {"step_records": False, "plots": False, "progress": False, "stream": stream}},
                out=out if stream else None)
 wall, cpu = time.perf_counter() - t, time.process_time() - c
@@ -37,9 +40,10 @@ print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_rss_mib": resource.getrusa
 """
 
 
-def run_case(n: int, rate: float, stream: bool) -> dict:
+def run_case(n: int, rate: float, stream: bool, cost_model: str, workers: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        proc = subprocess.run([sys.executable, "-c", CHILD, str(n), str(rate), "1" if stream else "0", d],
+        proc = subprocess.run([sys.executable, "-c", CHILD, str(n), str(rate), "1" if stream else "0", d, cost_model,
+                               str(workers)],
                               cwd=REPO, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -50,10 +54,13 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=40.0, help="requests per second over the 8 replicas")
     ap.add_argument("--stream", action="store_true", help="output.stream: request rows written to disk in chunks")
     ap.add_argument("--ten-million", action="store_true", help="10,000,000 requests, streamed")
+    ap.add_argument("--cost-model", default="roofline", choices=["roofline", "auto"])
+    ap.add_argument("--workers", type=int, default=1, help="engine.workers (CPU time is then the parent's only)")
     a = ap.parse_args()
     n, stream = (10_000_000, True) if a.ten_million else (a.requests, a.stream)
-    r = run_case(n, a.rate, stream)
-    print(f"{n:,} requests on 8 replicas{' (streamed)' if stream else ''}: {r['steps']:,} engine steps in "
+    r = run_case(n, a.rate, stream, a.cost_model, a.workers)
+    print(f"{n:,} requests on 8 replicas ({a.cost_model}{', streamed' if stream else ''}"
+          f"{f', {a.workers} workers' if a.workers > 1 else ''}): {r['steps']:,} engine steps in "
           f"{r['wall_s']:.1f} s wall ({r['cpu_s']:.1f} s CPU; {n / r['wall_s']:,.0f} requests/s), "
           f"peak RSS {r['peak_rss_mib']:,.0f} MiB; {r['completed']:,} completed, p99 TTFT {r['ttft_p99']:.3f} s")
 

@@ -40,16 +40,21 @@ class Disaggregation:
         return r.num_computed * self.kv_bytes_per_token / self.bytes_per_s
 
     def land(self, r):
-        """The transfer of ``r`` ended: it joins the least loaded serving decode replica
-        (returned; None when every decode replica is down after a crash)."""
+        """The transfer of ``r`` ended: it joins the least loaded serving decode replica. Returns
+        that replica and None, or, when the replica could never admit ``r`` (its prompt + 1 token's
+        blocks at once exceed what the watermark leaves: ``Scheduler.readmit_reason``), the
+        reason, and ``r`` joins no queue (the engine aborts it); (None, None) when every decode
+        replica is down after a crash."""
         self.in_flight -= 1
         pool = [d for d in self.decode_pool if d.up]
         if not pool:
-            return None
+            return None, None
         dst = min(pool, key=lambda d: (len(d.scheduler.waiting) + len(d.scheduler.running), d.idx))
         r.replica = dst.idx
-        dst.scheduler.add(r)
-        return dst
+        reason = dst.scheduler.readmit_reason(r, r.num_computed)
+        if reason is None:
+            dst.scheduler.add(r)
+        return dst, reason
 
     def upstream_busy(self, rep) -> bool:
         """Can work still reach ``rep`` from another replica (a decode replica's prefill pool)?"""

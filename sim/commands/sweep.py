@@ -80,7 +80,7 @@ def register(sub) -> None:
     p.add_argument("--rate", type=float, required=True, help="target arrival rate (req/s)")
     p.add_argument("--gpus", default="h100-sxm,a100-80gb,h200-sxm,b200", help="hardware ids, comma-separated")
     p.add_argument("--tp", default="1,2,4,8", help="tensor-parallel degrees, comma-separated")
-    p.add_argument("--schedulers", default="vllm", help="schedulers, comma-separated; knobs as name+key=value")
+    p.add_argument("--schedulers", default="vllm_v1", help="schedulers, comma-separated; knobs as name+key=value")
     p.add_argument("--workload", default=None, help="YAML with a workload section (or a whole config)")
     p.add_argument("--trace", default=None, help="trace file replayed (rescaled to each probed rate)")
     p.add_argument("--num-requests", type=int, default=600, help="requests per simulation")

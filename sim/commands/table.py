@@ -7,6 +7,13 @@ def _ms(d: dict, k: str) -> str:
     return "-" if v is None else f"{v * 1e3:,.1f}"
 
 
+def _by_reason(reasons: dict) -> str:
+    """`` (exceeds_context 3, aborted 1)``: rejections by reason code, largest first."""
+    if not reasons:
+        return ""
+    return " (" + ", ".join(f"{k} {v:,}" for k, v in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))) + ")"
+
+
 def cost_line(s: dict) -> str:
     """The cost model and, for the kernel database, its package, framework, version and system."""
     cm = s.get("cost_model") or {}
@@ -21,8 +28,9 @@ def print_summary(s: dict, cfg) -> None:
     print(f"\n{cfg.model} | {cfg.cluster.replicas} x {cfg.parallelism.tp * cfg.parallelism.pp} {cfg.hardware} "
           f"(tp={cfg.parallelism.tp}, pp={cfg.parallelism.pp}) | scheduler {cfg.scheduler.name} | "
           f"cost model {cost_line(s)}")
-    print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected, "
-          f"{r['preemptions']:,} preemptions" + (f", {r['lost']:,} lost" if r.get("lost") else ""))
+    print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected"
+          f"{_by_reason(r.get('rejected_by_reason') or {})}, {r['preemptions']:,} preemptions"
+          + (f", {r['lost']:,} lost" if r.get("lost") else ""))
     f = s.get("faults")
     if f:
         kinds = ", ".join(f"{v} {k}" for k, v in f["by_kind"].items()) or "none reached"
@@ -31,6 +39,11 @@ def print_summary(s: dict, cfg) -> None:
     if a:
         print(f"autoscale: {a['replicas_started']} replicas started, peak {a['peak_provisioned']} provisioned, "
               f"{a['gpu_hours']:.3f} GPU-hours while provisioned")
+    wl = s.get("workload") or {}
+    for key, what in (("clipped", "to their length distributions' bounds"), ("clipped_to_context", "to the context")):
+        clip = wl.get(key)
+        if isinstance(clip, dict) and (clip.get("prompt") or clip.get("output")):
+            print(f"clipped {what}: {clip['prompt']:,} prompts, {clip['output']:,} outputs")
     print(f"{'metric (ms)':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
     for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"), ("queue_s", "queue")):
         d = s[key]
@@ -42,8 +55,9 @@ def print_summary(s: dict, cfg) -> None:
     if c["usd"] is None:
         print(f"cost: {c['gpu_hours']:.3f} GPU-hours; price unknown ({c['price_source']})")
     else:
+        per_m = c["usd_per_million_output_tokens"]
         print(f"cost: {c['gpu_hours']:.3f} GPU-hours x ${c['usd_per_gpu_hour']}/h = ${c['usd']:.2f}; "
-              f"${c['usd_per_million_output_tokens']:.2f} per million output tokens")
+              + (f"${per_m:.2f} per million output tokens" if per_m is not None else "no output tokens"))
     pc = s.get("prefix_cache") or {}
     if pc.get("enabled"):
         print(f"prefix cache ({pc['eviction']}): hit rate {100 * (pc['hit_rate'] or 0):.1f}% of prompt tokens, "

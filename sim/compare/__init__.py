@@ -117,7 +117,7 @@ def compare(result: str | Path, config: str | Path | None = None, *, overrides: 
     sr = summary["requests"]
     if sr["rejected"] or sr["unfinished"]:
         notes.append(f"the simulator rejected {sr['rejected']} and left {sr['unfinished']} requests unfinished "
-                     f"({', '.join(f'{k} {v}' for k, v in sr['reject_reasons'].items()) or 'no reasons'}); "
+                     f"({', '.join(f'{k} {v}' for k, v in sr['rejected_by_reason'].items()) or 'no reasons'}); "
                      "they are missing from the simulated metrics")
 
     figures = []

@@ -19,8 +19,9 @@
   layers (a conservative simplification: vLLM's hybrid allocator frees their blocks beyond the
   window).
 - Activation peak: vLLM measures it with a profile forward pass of ``max_num_batched_tokens``
-  tokens. We estimate that pass's live set: per token the residual stream and its normed copy
-  (2h), the QKV output, and the MLP's gate-up output plus activation (3 x intermediate / tp), in
+  tokens (the engine passes the policy's largest step, ``Knobs.max_step_tokens``: ``chunk_size``
+  for ``sarathi``, as Sarathi-Serve profiles with its chunk size). We estimate that pass's live
+  set: per token the residual stream and its normed copy (2h), the QKV output, and the MLP's gate-up output plus activation (3 x intermediate / tp), in
   the activation dtype; plus fp32 logits for ``max_num_seqs`` sequences over the vocabulary shard.
 - Runtime overhead: the CUDA context, NCCL buffers and CUDA-graph pools that live outside the
   torch allocator: ``runtime_overhead_gib`` (default 1.0 GiB, the order of the non-torch memory

@@ -323,6 +323,22 @@ class RooflineCostModel:
         without building it (the engine's decode fast-forward prices many such steps)."""
         return self._price(num_seqs, num_seqs, (), num_seqs, kv_tokens, longest, 0)
 
+    def decode_total(self, num_seqs: int, kv_tokens: int, longest: int) -> float:
+        """``decode_step(...).total`` with the same side effects (out-of-range counts), without
+        building a StepTime: the fast-forward's per-step price for models without
+        ``decode_totals`` when no per-step rows are kept."""
+        if type(self)._price is not RooflineCostModel._price or type(self).decode_step is not RooflineCostModel.decode_step:
+            return self.decode_step(num_seqs, kv_tokens, longest).total
+        n = num_seqs
+        gemm, other, comm, oor = self._dense_part(n, n)
+        ad = self.layers_full * self.attn_decode(n, kv_tokens, longest)
+        if self.layers_window:
+            W = self.shapes.window
+            ad = ad + self.layers_window * self.attn_decode(n, min(kv_tokens, n * W), min(longest, W))
+        self._oor += oor
+        cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n
+        return gemm + 0.0 + ad + comm + other + cpu + 0.0
+
     def _plain_decode(self) -> bool:
         """True when decode steps are priced by this class's own roofline (subclasses that
         price decode attention or the dense part otherwise get no vectorised series)."""

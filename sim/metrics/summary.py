@@ -143,7 +143,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "rejected": int(len(rejected)),
             "unfinished": int(arrived - len(done) - len(rejected) - len(lost)),
             "preemptions": int(req["preemptions"].sum()),
-            "reject_reasons": dict(sorted(reasons.items())),
+            "rejected_by_reason": dict(sorted(reasons.items())),
             **({"lost": int(len(lost)), "lost_reasons": dict(sorted(lost_reasons.items()))} if len(lost) or extra else {}),
         },
         "ttft_s": dist(done["ttft_s"]),
@@ -174,6 +174,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
         "prefix_cache": prefix_cache(cfg, req),
         "workload": out.workload_info,
         "cost_model": cost_model_block(out),
+        "warnings": list(getattr(out, "warnings", [])),
         "sim": {
             "wall_s": wall_s,
             "steps": int(log.count),

@@ -39,12 +39,22 @@ class Knobs(BaseModel):
     max_num_seqs: int = Field(default=256, ge=1, description="most sequences in one step")
     max_num_batched_tokens: int = Field(default=8192, ge=1, description="most new tokens in one step")
 
+    @property
+    def max_step_tokens(self) -> int:
+        """Most tokens one step computes (what the memory plan sizes the activation peak from,
+        as vLLM's profile run uses ``max_num_batched_tokens``); a policy with another budget
+        overrides it."""
+        return self.max_num_batched_tokens
+
 
 class Scheduler:
     """Base class: FCFS queues and the shared bookkeeping; subclasses implement ``schedule``."""
 
     name: ClassVar[str] = "base"
     Knobs: ClassVar[type[Knobs]] = Knobs
+    uses_prefix_hits: ClassVar[bool] = False
+    """True when admission skips prefix-cache hits (with ``kv.prefix_caching``); a policy
+    that ignores them still registers blocks, and the run warns that caching has no effect."""
 
     def __init__(self, knobs: Knobs, kv: KVManager, *, rng: np.random.Generator | None = None,
                  max_context: int | None = None):
@@ -72,6 +82,47 @@ class Scheduler:
     def add(self, req: Request) -> None:
         self.waiting.append(req)
 
+    def readmit_reason(self, req: Request, computed: int) -> str | None:
+        """Why ``req``, back in the waiting queue with ``computed`` tokens' KV kept (0 after a
+        recompute preemption, when its prompt and generated tokens must be computed again; its
+        prompt after a hand-off to a decode replica), can never be admitted again (None if it
+        can): the blocks admission takes at once exceed what the watermark leaves of the pool.
+        vLLM v0 ignores such a request (``AllocStatus.NEVER``, ``FINISHED_IGNORED``); it is
+        aborted with this reason and counted."""
+        kv = self.kv
+        tokens = self.admission_tokens(req, computed)
+        need = kv.blocks_for(tokens)
+        if need <= kv.num_blocks - kv.watermark_blocks:
+            return None
+        return (f"aborted: resuming needs {need} KV blocks at once for {tokens} tokens; admission keeps "
+                f"{kv.watermark_blocks} of the replica's {kv.num_blocks} free (watermark)")
+
+    def admission_tokens(self, req: Request, computed: int) -> int:
+        """Tokens whose KV admitting waiting ``req`` takes at once, with ``computed`` tokens
+        kept: all of them for a policy that runs whole prompts (policies that chunk override)."""
+        return req.num_tokens
+
+    def drop_stuck(self) -> list[tuple[Request, str]]:
+        """The engine calls this when ``schedule`` planned nothing although requests remain.
+        With nothing running the pool is as free as it will ever be and the token budget whole,
+        so the head of the queue can never be admitted: it leaves the queue and is returned with
+        its reason (never an exception). Should running requests get no tokens (no policy here
+        does that), the last one is dropped instead, so every call removes one request."""
+        kv = self.kv
+        if self.running:
+            r = self.running.pop()
+            kv.free(r.id)
+            return [(r, "aborted: the scheduler planned no tokens for it while it was running")]
+        if not self.waiting:
+            return []
+        r = self.waiting.popleft()
+        kv.swapped.pop(r.id, None)
+        kv.free(r.id)
+        return [(r, self.readmit_reason(r, r.num_computed) or (
+            f"aborted: cannot be admitted even by an idle replica ({r.num_tokens} tokens, {r.num_computed} computed; "
+            f"{kv.num_blocks} KV blocks of {kv.block_size} tokens, {kv.watermark_blocks} kept free at admission; "
+            f"max_num_batched_tokens {self.knobs.max_num_batched_tokens})"))]
+
     def finish(self, req: Request) -> None:
         """``req`` produced its last token: drop it and free its blocks."""
         self.running.remove(req)
@@ -98,15 +149,22 @@ class Scheduler:
     def preempt(self, victim: Request, plan: StepPlan) -> None:
         """Take ``victim``'s KV away and requeue it (``requeue``). By swap when ``kv.preemption``
         is swap and the host space holds its blocks (progress kept, blocks priced over the host
-        link), else by recompute (blocks freed; the engine resets its progress on commit)."""
+        link), else by recompute (blocks freed; the engine resets its progress on commit). A
+        recompute victim that could never be admitted again (``readmit_reason``) is aborted
+        (``plan.aborted``) instead of requeued."""
         self.running.remove(victim)
+        plan.preempted.append(victim.id)
+        plan.num_new_tokens.pop(victim.id, None)
         if self.kv.can_swap_out(victim.id):
             plan.blocks_swapped_out += self.kv.swap_out(victim.id)
             plan.swapped_out.append(victim.id)
         else:
             self.kv.free(victim.id)
+            reason = self.readmit_reason(victim, 0)
+            if reason:  # it could never come back: aborted, as vLLM v0 ignores it
+                plan.aborted[victim.id] = reason
+                return
         self.requeue(victim)
-        plan.preempted.append(victim.id)
         plan.num_new_tokens.pop(victim.id, None)
 
     def admit_blocks(self, r: Request, plan: StepPlan, total_tokens: int, cached: int = 0) -> bool:
@@ -178,6 +236,7 @@ class BudgetScheduler(Scheduler):
     """
 
     queue_key = None  # a static ordering of the waiting queue; None keeps arrival order
+    uses_prefix_hits = True  # ``schedule_waiting`` skips the cached blocks of a fresh request
 
     def budget(self) -> int:
         return self.knobs.max_num_batched_tokens
@@ -197,6 +256,9 @@ class BudgetScheduler(Scheduler):
 
     def reserve(self, r: Request, total_tokens: int) -> int:
         return total_tokens
+
+    def admission_tokens(self, req: Request, computed: int) -> int:
+        return self.reserve(req, computed + 1)  # chunked: the next token, or what ``reserve`` holds
 
     def add(self, req: Request) -> None:
         if self.queue_key is None:
@@ -257,9 +319,9 @@ class BudgetScheduler(Scheduler):
         kv = self.kv
         while self.waiting and budget > 0 and len(self.running) < self.knobs.max_num_seqs:
             r = self.waiting[0]
-            fresh = r.num_computed == 0 and not kv.is_swapped(r.id)
-            cached = kv.prefix_hit(r.spec, r.num_tokens) if fresh else 0
-            if not self.running:  # nothing else can free memory: the chunk shrinks to what fits
+            swapped = kv.is_swapped(r.id)
+            cached = kv.prefix_hit(r.spec, r.num_tokens) if r.num_computed == 0 and not swapped else 0
+            if not self.running and not swapped:  # nothing else can free memory: the chunk shrinks to what fits
                 budget = min(budget, (kv.num_free - kv.watermark_blocks) * kv.block_size - r.num_computed - cached)
             n = self.chunk(r, r.remaining - cached, budget)
             if n <= 0 or not self.admissible(r, now):

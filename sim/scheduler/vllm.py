@@ -6,7 +6,9 @@ whole prompt (prefills first, never mixed with decodes) within ``max_num_seqs`` 
 ``max_num_batched_tokens`` and the KV watermark, or, if none can be admitted, runs one decode
 token for every running request. When blocks run out the most recently admitted request is
 preempted by recompute (its blocks freed, requeued at the front, prompt + generated tokens
-recomputed on readmission).
+recomputed on readmission). A waiting request whose blocks could never fit under the watermark
+is ignored (``AllocStatus.NEVER`` -> ``FINISHED_IGNORED``): here, a preempted request whose
+prompt + generated tokens no longer fit is aborted with a counted reason (``readmit_reason``).
 
 Departures: ``kv.preemption: swap`` swaps victims out (vLLM v0 swaps only multi-sequence
 groups); prefix-cache hits are not used (blocks are still registered); vLLM v0 rejects a

@@ -85,7 +85,7 @@ def fits(cfg: dict) -> str | None:
     try:
         plan_memory(model, hw, tp=tp, pp=c.parallelism.pp, dtype=c.dtype, kv_dtype=c.kv_dtype,
                     block_size=c.kv.block_size, gpu_memory_utilization=c.kv.gpu_memory_utilization,
-                    max_num_batched_tokens=knobs.max_num_batched_tokens, max_num_seqs=knobs.max_num_seqs,
+                    max_num_batched_tokens=knobs.max_step_tokens, max_num_seqs=knobs.max_num_seqs,
                     runtime_overhead_gib=c.kv.runtime_overhead_gib, num_gpu_blocks=c.kv.num_gpu_blocks,
                     act_dtype=c.precision.activations)
     except CapacityError as e:

@@ -99,7 +99,7 @@ def flatten_summary(summary: dict | None) -> dict:
         for k, v in node.items():
             name = f"{prefix}.{k}"
             if isinstance(v, dict):
-                if k in ("reject_reasons", "steps_by_cost_source"):
+                if k in ("rejected_by_reason", "steps_by_cost_source"):
                     continue
                 walk(name, v)
             elif isinstance(v, (int, float, str, bool)) or v is None:

@@ -3,6 +3,9 @@
 ``build_workload`` is the one entry point the simulator uses. It returns a ``Workload``: an
 iterable of ``RequestSpec`` in arrival order with ids 0, 1, 2, ... plus ``info``, a dict of
 counts (clipped, skipped bad rows, filtered rows, source, ...) filled while it is iterated.
+``info["clipped"]`` counts the requests whose prompt / output length was clipped to the bounds
+[``min``, ``max``] of its length distribution; ``info["clipped_to_context"]`` (with
+``clip_to_context``) those then shortened to fit the model's context.
 Iterating again gives the same requests: each pass starts from a copy of the workload's own
 random generator (drawn once from the caller's ``rng``) and resets ``info``.
 """
@@ -42,7 +45,9 @@ def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Gene
 
     def make():
         info.clear()
-        info.update(clipped=0, skipped_bad_rows=0)
+        info.update(clipped={"prompt": 0, "output": 0}, skipped_bad_rows=0)
+        if cfg.clip_to_context:
+            info["clipped_to_context"] = {"prompt": 0, "output": 0}
         own = copy.deepcopy(seed)
         if cfg.trace is not None:
             return _clip(read_trace_requests(cfg, info, own), cfg, max_context, info)
@@ -55,12 +60,15 @@ def _clip(reqs: Iterator[RequestSpec], cfg: WorkloadConfig, max_context: int, in
     if not cfg.clip_to_context:
         yield from reqs
         return
+    clipped = info["clipped_to_context"]
     for r in reqs:
         if r.prompt_tokens + r.output_tokens > max_context:
-            info["clipped"] += 1
             p = min(r.prompt_tokens, max_context - 1)
+            o = max(1, min(r.output_tokens, max_context - p))
             hashes = r.block_hashes
             if hashes is not None:  # keep only the blocks the clipped prompt still covers
                 hashes = hashes[: -(-p // r.hash_block_tokens)]
-            r = replace(r, prompt_tokens=p, output_tokens=max(1, min(r.output_tokens, max_context - p)), block_hashes=hashes)
+            clipped["prompt"] += p != r.prompt_tokens
+            clipped["output"] += o != r.output_tokens
+            r = replace(r, prompt_tokens=p, output_tokens=o, block_hashes=hashes)
         yield r

@@ -11,13 +11,14 @@ from collections.abc import Iterator
 import numpy as np
 
 from sim.workload.config import WorkloadConfig
-from sim.workload.synthetic import sample_lengths
+from sim.workload.synthetic import sample_lengths_clipped
 
 CHUNK = 64
 
 
-def client_draws(cfg: WorkloadConfig, seed: int, client: int) -> Iterator[tuple[float, int, int]]:
-    """Endless (think time s, prompt tokens, output tokens) draws for one client."""
+def client_draws(cfg: WorkloadConfig, seed: int, client: int) -> Iterator[tuple[float, int, int, bool, bool]]:
+    """Endless (think time s, prompt tokens, output tokens, prompt clipped, output clipped)
+    draws for one client (clipped: changed by the length distribution's bounds)."""
     cl = cfg.closed_loop
     rng = np.random.default_rng([seed, 7, client])
     while True:
@@ -25,7 +26,6 @@ def client_draws(cfg: WorkloadConfig, seed: int, client: int) -> Iterator[tuple[
             think = np.full(CHUNK, cl.think_time_s)
         else:
             think = rng.exponential(cl.think_time_s, CHUNK) if cl.think_time_s > 0 else np.zeros(CHUNK)
-        prompts = sample_lengths(cfg.prompt, CHUNK, rng)
-        outputs = sample_lengths(cfg.output, CHUNK, rng)
-        for t, p, o in zip(think.tolist(), prompts.tolist(), outputs.tolist()):
-            yield t, p, o
+        prompts, p_clip = sample_lengths_clipped(cfg.prompt, CHUNK, rng)
+        outputs, o_clip = sample_lengths_clipped(cfg.output, CHUNK, rng)
+        yield from zip(think.tolist(), prompts.tolist(), outputs.tolist(), p_clip.tolist(), o_clip.tolist())

@@ -25,6 +25,13 @@ from sim.workload.traces import trace_lengths
 
 def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, pool: np.ndarray | None = None) -> np.ndarray:
     """``n`` integer token lengths (>= 1) from ``dist``; ``pool`` holds a trace's lengths."""
+    return sample_lengths_clipped(dist, n, rng, pool)[0]
+
+
+def sample_lengths_clipped(dist: LengthDist, n: int, rng: np.random.Generator,
+                           pool: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``sample_lengths`` plus, per length, whether the bounds [``min``, ``max``] changed it
+    (a draw outside them, or a ``fixed`` value outside them), so clipping is counted."""
     if dist.kind == "fixed":
         out = np.full(n, dist.value, dtype=np.int64)
     elif dist.kind == "uniform":
@@ -36,22 +43,45 @@ def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, pool: np.
             raise ValueError("a trace length distribution needs the trace's lengths")
         out = rng.choice(pool, size=n, replace=True).astype(np.int64)
     hi = dist.max if dist.max is not None else np.iinfo(np.int64).max
-    return np.clip(out, dist.min, hi)
+    clipped = np.clip(out, dist.min, hi)
+    return clipped, clipped != out
 
 
-def length_draws(dist: LengthDist, rng: np.random.Generator, pools: dict, column: int) -> Draws:
+class _LengthDraws:
+    """Lengths drawn ``chunk`` at a time from a ``LengthDist``; ``next()`` hands them out one by
+    one and ``clipped`` tells whether the last one handed out was clipped to the bounds."""
+
+    __slots__ = ("_draw", "_buf", "_flags", "_i", "clipped")
+
+    def __init__(self, draw: Callable[[int], tuple[np.ndarray, np.ndarray]], chunk: int = 1024):
+        self._draw = lambda: tuple(a.tolist() for a in draw(chunk))
+        self._buf: list = []
+        self._flags: list = []
+        self._i = 0
+        self.clipped = False
+
+    def next(self) -> int:
+        if self._i == len(self._buf):
+            (self._buf, self._flags), self._i = self._draw(), 0
+        self._i += 1
+        self.clipped = self._flags[self._i - 1]
+        return self._buf[self._i - 1]
+
+
+def length_draws(dist: LengthDist, rng: np.random.Generator, pools: dict, column: int) -> _LengthDraws:
     """Chunked draws from ``dist``; a ``trace`` dist reads its file's lengths once into ``pools``."""
     pool = None
     if dist.kind == "trace":
         if dist.path not in pools:
             pools[dist.path] = trace_lengths(dist.path)
         pool = pools[dist.path][column]
-    return Draws(lambda n: sample_lengths(dist, n, rng, pool))
+    return _LengthDraws(lambda n: sample_lengths_clipped(dist, n, rng, pool))
 
 
 def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generator, pools: dict) -> Iterator[list]:
     """Request plans of one source (the workload itself or one tenant), in start order.
-    Fields: (prompt, output, block_hashes, session_id, priority, slo_class, tenant)."""
+    Fields: (prompt, output, block_hashes, session_id, priority, slo_class, tenant, clipped),
+    ``clipped`` = (prompt clipped, output clipped) to the length distributions' bounds."""
     prompt = length_draws(src.prompt or cfg.prompt, rng, pools, 0)
     output = length_draws(src.output or cfg.output, rng, pools, 1)
     tenant = getattr(src, "name", None)
@@ -73,8 +103,9 @@ def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generato
             sys_tokens = sp.tokens
             chain = HashChain(own_key(uid), shared_key(pick.next()), sys_tokens)
         if ses is None:
-            p = sys_tokens + prompt.next()
-            yield [(t, (p, output.next(), chain.hashes(p) if chain else None, None, prio, slo, tenant))]
+            p, o = sys_tokens + prompt.next(), output.next()
+            yield [(t, (p, o, chain.hashes(p) if chain else None, None, prio, slo, tenant,
+                        (prompt.clipped, output.clipped)))]
             continue
         chain = chain or HashChain(own_key(uid))
         sid = f"{tenant or 's'}-{n}"
@@ -83,7 +114,7 @@ def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generato
             if j:
                 t += think.next()
             p, o = hist + prompt.next(), output.next()
-            items.append((t, (p, o, chain.hashes(p), sid, prio, slo, tenant)))
+            items.append((t, (p, o, chain.hashes(p), sid, prio, slo, tenant, (prompt.clipped, output.clipped))))
             hist = p + o
         yield items
 
@@ -99,11 +130,14 @@ def synthetic_requests(cfg: WorkloadConfig, rng: np.random.Generator, info: dict
     info["source"] = f"synthetic {desc}" + (" sessions" if cfg.sessions else "")
     hb = HASH_BLOCK_TOKENS
     t0, n = None, 0
-    for t, _, _, (p, o, hashes, sid, prio, slo, tenant) in merged:
+    clipped = info.setdefault("clipped", {"prompt": 0, "output": 0})
+    for t, _, _, (p, o, hashes, sid, prio, slo, tenant, (p_clip, o_clip)) in merged:
         if t0 is None:
             t0 = t
         if cfg.duration_s is not None and t - t0 > cfg.duration_s:
             break
+        clipped["prompt"] += p_clip
+        clipped["output"] += o_clip
         yield RequestSpec(id=n, arrival_s=t - t0, prompt_tokens=p, output_tokens=o, block_hashes=hashes,
                           hash_block_tokens=hb, session_id=sid, priority=prio, slo_class=slo, tenant=tenant)
         n += 1
