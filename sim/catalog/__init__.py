@@ -71,6 +71,20 @@ class ModelCard:
         head = 0 if self.tie_word_embeddings else emb
         return self.num_layers * per_layer + emb + head + self.hidden_size
 
+    def parallelism_problem(self, tp: int, pp: int = 1) -> str | None:
+        """Why this model cannot be split ``tp`` ways by tensor parallelism and into ``pp``
+        pipeline stages (None when it can): heads, the MLP width and layers must divide evenly;
+        KV heads must divide ``tp`` or be replicated over it, as in vLLM."""
+        if self.num_attention_heads % tp:
+            return f"tp={tp} does not divide {self.id}'s {self.num_attention_heads} attention heads"
+        if self.num_kv_heads % tp and tp % self.num_kv_heads:
+            return f"tp={tp} neither divides nor is a multiple of {self.id}'s {self.num_kv_heads} KV heads"
+        if self.intermediate_size % tp:
+            return f"tp={tp} does not divide {self.id}'s MLP intermediate size {self.intermediate_size}"
+        if self.num_layers % pp:
+            return f"pp={pp} does not divide {self.id}'s {self.num_layers} layers"
+        return None
+
     def kv_bytes_per_token(self, dtype: str = "bf16") -> int:
         """KV-cache bytes one token occupies across the whole model (all layers, K and V)."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * DTYPE_BYTES[dtype]
@@ -114,11 +128,18 @@ class HardwareCard:
         """HBM bandwidth in bytes/s."""
         return self.mem_bw_tbps * 1e12
 
+    def dtype_problem(self, dtype: str) -> str | None:
+        """Why this GPU cannot compute in ``dtype`` (None when it can): fp8 needs FP8 tensor
+        cores (the datasheet's FP8 rate)."""
+        if dtype == "fp8" and self.fp8_tflops is None:
+            return f"hardware {self.id!r} has no FP8 tensor cores (datasheet); use dtype bf16"
+        return None
+
     def peak_flops(self, dtype: str = "bf16") -> float:
         """Dense tensor-core rate in FLOP/s for a compute dtype."""
         if dtype == "fp8":
-            if self.fp8_tflops is None:
-                raise CatalogError(f"hardware {self.id!r} has no FP8 tensor cores (datasheet); use dtype bf16")
+            if (why := self.dtype_problem(dtype)) is not None:
+                raise CatalogError(why)
             return self.fp8_tflops * 1e12
         return self.bf16_tflops * 1e12
 

@@ -11,13 +11,13 @@ import os
 import time
 from pathlib import Path
 
-from sim.commands.common import add_set_arg
+from sim.commands.common import HelpFormatter, add_set_arg, positive_float, positive_int
 
-F = argparse.ArgumentDefaultsHelpFormatter
+F = HelpFormatter
 
 
 def _backend_args(p) -> None:
-    p.add_argument("--workers", type=int, default=max(1, min(os.cpu_count() or 1, 8)),
+    p.add_argument("--workers", type=positive_int, default=max(1, min(os.cpu_count() or 1, 8)),
                    help="parallel simulations (local process pool; 1 = in this process)")
     p.add_argument("--backend", choices=["local", "ray"], default="local", help="where runs execute")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
@@ -25,11 +25,11 @@ def _backend_args(p) -> None:
 
 
 def _slo_args(p, seeds: int) -> None:
-    p.add_argument("--slo-ttft-p99", type=float, default=2.0, help="p99 TTFT limit (s)")
-    p.add_argument("--slo-tpot-p99", type=float, default=0.1, help="p99 TPOT limit (s)")
-    p.add_argument("--seeds", type=int, default=seeds, help="seeds 0..N-1 (each searched separately)")
-    p.add_argument("--start-rate", type=float, default=1.0, help="first rate probed (req/s)")
-    p.add_argument("--rel-tol", type=float, default=0.05, help="stop bisecting when hi/lo <= 1 + this")
+    p.add_argument("--slo-ttft-p99", type=positive_float, default=2.0, help="p99 TTFT limit (s)")
+    p.add_argument("--slo-tpot-p99", type=positive_float, default=0.1, help="p99 TPOT limit (s)")
+    p.add_argument("--seeds", type=positive_int, default=seeds, help="seeds 0..N-1 (each searched separately)")
+    p.add_argument("--start-rate", type=positive_float, default=1.0, help="first rate probed (req/s)")
+    p.add_argument("--rel-tol", type=positive_float, default=0.05, help="stop bisecting when hi/lo <= 1 + this")
     p.add_argument("--no-early-stop", action="store_true", help="always simulate every request of a probe")
 
 
@@ -67,7 +67,7 @@ def register(sub) -> None:
     p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")
     p.add_argument("--out", default="results/capacity", help="folder for capacity.json and the run store")
     add_set_arg(p, "config override")
-    p.add_argument("--num-requests", type=int, default=None, help="requests per probe (default: the config's)")
+    p.add_argument("--num-requests", type=positive_int, default=None, help="requests per probe (default: the config's)")
     _slo_args(p, 3)
     _backend_args(p)
     p.set_defaults(func=cmd_capacity)
@@ -77,13 +77,13 @@ def register(sub) -> None:
                                    "within the p99 SLOs; writes plan.parquet, plan.md, figures/pareto.{png,svg} and the "
                                    "chosen fleet as a runnable config.yaml.")
     p.add_argument("--model", required=True, help="catalog model id")
-    p.add_argument("--rate", type=float, required=True, help="target arrival rate (req/s)")
+    p.add_argument("--rate", type=positive_float, required=True, help="target arrival rate (req/s)")
     p.add_argument("--gpus", default="h100-sxm,a100-80gb,h200-sxm,b200", help="hardware ids, comma-separated")
     p.add_argument("--tp", default="1,2,4,8", help="tensor-parallel degrees, comma-separated")
     p.add_argument("--schedulers", default="vllm", help="schedulers, comma-separated; knobs as name+key=value")
     p.add_argument("--workload", default=None, help="YAML with a workload section (or a whole config)")
     p.add_argument("--trace", default=None, help="trace file replayed (rescaled to each probed rate)")
-    p.add_argument("--num-requests", type=int, default=600, help="requests per simulation")
+    p.add_argument("--num-requests", type=positive_int, default=600, help="requests per simulation")
     add_set_arg(p, "config override")
     p.add_argument("--out", required=True, help="plan folder")
     _slo_args(p, 1)
@@ -96,9 +96,9 @@ def register(sub) -> None:
     p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")
     p.add_argument("--a", action="append", default=[], metavar="KEY=VALUE", help="override for A (repeatable)")
     p.add_argument("--b", action="append", default=[], metavar="KEY=VALUE", help="override for B (repeatable)")
-    p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1")
+    p.add_argument("--seeds", type=positive_int, default=5, help="seeds 0..N-1")
     add_set_arg(p, "override for both")
-    p.add_argument("--num-requests", type=int, default=None, help="requests per run (default: the config's)")
+    p.add_argument("--num-requests", type=positive_int, default=None, help="requests per run (default: the config's)")
     p.add_argument("--out", default="results/ab", help="folder for ab.json, ab.md and the run store")
     _backend_args(p)
     p.set_defaults(func=cmd_ab)

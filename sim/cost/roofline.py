@@ -88,8 +88,8 @@ class RooflineCostModel:
     def __init__(self, model: ModelCard, hw: HardwareCard, *, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", kv_dtype: str | None = None, block_size: int = 16,
                  params: RooflineParams | None = None):
-        if model.num_layers % pp:
-            raise ValueError(f"pp={pp} does not divide {model.id}'s {model.num_layers} layers")
+        if (why := model.parallelism_problem(tp, pp)) is not None:
+            raise ValueError(why)
         self.model, self.hw, self.tp, self.pp = model, hw, tp, pp
         self.dtype = dtype
         self.kv_dtype = kv_dtype or dtype

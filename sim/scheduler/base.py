@@ -35,9 +35,9 @@ def register(name: str):
 class Knobs(BaseModel):
     """Knobs every batching policy has (vLLM names and defaults where they exist)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    max_num_seqs: int = Field(default=256, ge=1, description="most sequences in one step")
-    max_num_batched_tokens: int = Field(default=8192, ge=1, description="most new tokens in one step")
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    max_num_seqs: int = Field(default=256, ge=1, le=1_000_000, description="most sequences in one step")
+    max_num_batched_tokens: int = Field(default=8192, ge=1, le=10_000_000, description="most new tokens in one step")
 
 
 class Scheduler:

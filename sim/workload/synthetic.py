@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from sim.types import RequestSpec
-from sim.workload.config import DiurnalConfig, LengthDist, WorkloadConfig
+from sim.workload.config import MAX_TOKENS, DiurnalConfig, LengthDist, WorkloadConfig
 from sim.workload.prefix import HASH_BLOCK_TOKENS, HashChain, own_key, shared_key
 
 
@@ -41,12 +41,14 @@ def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, pool: np.
     elif dist.kind == "uniform":
         out = rng.integers(dist.min, dist.max, size=n, endpoint=True)
     elif dist.kind == "lognormal":
-        out = np.rint(rng.lognormal(np.log(dist.median), dist.sigma, size=n)).astype(np.int64)
+        # clip in floating point first: a wide lognormal can draw beyond int64 (overflow)
+        top = float(dist.max if dist.max is not None else MAX_TOKENS)
+        out = np.rint(np.minimum(rng.lognormal(np.log(dist.median), dist.sigma, size=n), top)).astype(np.int64)
     else:
         if pool is None or len(pool) == 0:
             raise ValueError("a trace length distribution needs the trace's lengths")
         out = rng.choice(pool, size=n, replace=True).astype(np.int64)
-    hi = dist.max if dist.max is not None else np.iinfo(np.int64).max
+    hi = dist.max if dist.max is not None else MAX_TOKENS
     return np.clip(out, dist.min, hi)
 
 
