@@ -20,7 +20,7 @@ from sim.catalog import get_hardware, get_model
 from sim.cluster import ROUTERS, ReplicaLoad
 from sim.config import Config
 from sim.cost import make_cost_model
-from sim.cost.memory import plan_memory
+from sim.cost.memory import memory_for_config
 from sim.fastforward import VECTOR_RUN, BlockGrower, DecodeRun
 from sim.kv import KVManager, make_kv_manager
 from sim.metrics.steplog import StepLog
@@ -67,13 +67,7 @@ class Engine:
         self.model = get_model(cfg.model)
         self.hw = get_hardware(cfg.hardware)
         knobs = cfg.scheduler.knobs()
-        tp, pp = cfg.parallelism.tp, cfg.parallelism.pp
-        kv_dtype = cfg.kv.dtype or cfg.dtype
-        self.mem = plan_memory(
-            self.model, self.hw, tp=tp, pp=pp, dtype=cfg.dtype, kv_dtype=kv_dtype, block_size=cfg.kv.block_size,
-            gpu_memory_utilization=cfg.kv.gpu_memory_utilization, max_num_batched_tokens=knobs.max_num_batched_tokens,
-            max_num_seqs=knobs.max_num_seqs, runtime_overhead_gib=cfg.kv.runtime_overhead_gib,
-            num_gpu_blocks=cfg.kv.num_gpu_blocks)
+        self.mem = memory_for_config(cfg, self.model, self.hw)
         self.cost = make_cost_model(cfg, self.model, self.hw)
         sched_cls = REGISTRY[cfg.scheduler.name]
         self.replicas = []

@@ -7,7 +7,7 @@ import pytest
 from sim.sweep.capacity import SearchSettings, judge
 from sim.sweep.plan import pareto_front, parse_schedulers, plan
 
-S = SearchSettings(ttft_p99_s=2.0, tpot_p99_s=0.1, seeds=(0,), rel_tol=0.1)
+S = SearchSettings(ttft_p99_s=2.0, tpot_p99_s=0.1, seeds=(0,), rel_tol=0.1, min_requests=150)
 
 
 @pytest.fixture(scope="module")

@@ -246,7 +246,7 @@ class Driver:
                     self.counts.reused += 1
                     self.counts.keys.append(key)
                     if bar is not None:
-                        bar.update(1)
+                        _tick(bar)
                     value = hit
                     continue
                 if key in inflight:  # the same run is already under way: share its result
@@ -286,7 +286,14 @@ class Driver:
         else:
             self.counts.failed += 1
         if bar is not None:
-            bar.update(1)
+            _tick(bar)
+
+
+def _tick(bar) -> None:
+    """One run done; a total that was an estimate grows when the runs outnumber it."""
+    if bar.total is not None and bar.n + 1 > bar.total:
+        bar.total = bar.n + 1
+    bar.update(1)
 
 
 def one_run(config: dict) -> Task:
