@@ -118,13 +118,23 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_report)
 
 
+SWEEP_COLUMNS = ("ttft_s.p50", "ttft_s.p99", "tpot_s.p99", "throughput.output_tokens_per_s", "goodput.slo_attainment",
+                 "cost.usd_per_million_output_tokens")
+"""The metrics of the table ``sweep`` prints at the end (results.parquet holds them all)."""
+
+
 def cmd_sweep(args) -> int:
     from sim.sweep.spec import load_spec
     from sim.sweep.sweep import run_sweep
 
+    from sim.metrics.labels import text_table
+
     spec = load_spec(args.spec)
     table, c = run_sweep(spec, args.out, workers=args.workers, backend=args.backend, address=args.address,
                          progress=False if args.quiet else None)
+    cols = [k for k in spec.varied if k in table] + ["seed", "status"] + [
+        k for k in SWEEP_COLUMNS if k in table]
+    print(text_table(table.to_dict("records"), cols))
     print(f"sweep: {c['points']} runs: {c['reused']} reused, {c['run']} run, {c['failed']} failed "
           f"({c['wall_s']:.1f} s); table {args.out}/results.parquet")
     for _, r in table[table["status"] == "error"].iterrows():
