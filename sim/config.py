@@ -1,4 +1,4 @@
-"""The typed, validated simulation config (DESIGN.md section 9).
+"""The typed, validated simulation config (docs/architecture.md section 9).
 
 Sections: ``model``, ``hardware``, ``dtype``, ``parallelism``, ``cluster``, ``scheduler``, ``kv``,
 ``workload``, ``slo``, ``cost``, ``output``, ``seed``. Every section rejects unknown keys, naming

@@ -12,11 +12,11 @@ def duration(v: float | None) -> str:
     The text never exceeds ``COL - 1`` characters, so the table's columns stay aligned."""
     if v is None:
         return "-"
-    for unit, scale, below in UNITS:
+    for unit, scale, below in UNITS:  # the last unit takes everything
         if abs(v) < below:
             x = v / scale
-            return f"{x:,.1f} {unit}" if unit == "ms" or abs(x) >= 100 else f"{x:.2f} {unit}"
-    return f"{v / 3600:,.0f} h"
+            digits = 1 if unit == "ms" else 2 if abs(x) < 100 else 1 if abs(x) < 1000 else 0
+            return f"{x:,.{digits}f} {unit}"
 
 
 def print_summary(s: dict, cfg) -> None:

@@ -1,4 +1,4 @@
-"""KV-cache capacity the way vLLM derives it (DESIGN.md section 5).
+"""KV-cache capacity the way vLLM derives it (docs/architecture.md section 5).
 
     usable = GPU memory x gpu_memory_utilization - weights per GPU - activation peak - runtime overhead
     blocks = floor(usable / (block_size x KV bytes per token per GPU))

@@ -2,7 +2,7 @@
 
 A policy is one small file: a ``Knobs`` model (its config keys, validated with their path) and a
 class with ``schedule(now) -> StepPlan``. It owns its queues, may call the KV manager, and never
-changes request state: the engine applies the plan (DESIGN.md sections 2-3). Register with
+changes request state: the engine applies the plan (docs/architecture.md sections 2-3). Register with
 ``@register("name")``.
 """
 from __future__ import annotations

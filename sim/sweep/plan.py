@@ -316,7 +316,7 @@ def plan_markdown(table: pd.DataFrame, meta: dict) -> str:
               "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in table.to_dict("records"):
         cap = "-" if pd.isna(r.get("capacity_rps_min", float("nan"))) else \
-            f"{r['capacity_rps_min']:.3g} / {r['capacity_rps_mean']:.3g} / {r['capacity_rps_max']:.3g}"
+            f"{r['capacity_rps_min']:.4g} / {r['capacity_rps_mean']:.4g} / {r['capacity_rps_max']:.4g}"
         pct = lambda v: "-" if v is None or pd.isna(v) else f"{100 * v:.0f}%"  # noqa: E731
         ms = lambda v: "-" if v is None or pd.isna(v) else f"{1e3 * v:.0f}"  # noqa: E731
         lines.append(f"| {r['rank']} | {r['candidate']} | {r['status']} | {cap} | {_fmt(r.get('replicas'), '.0f')} | "

@@ -47,7 +47,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-# What a stored summary must hold to count as a finished run (DESIGN.md section 4).
+# What a stored summary must hold to count as a finished run (docs/architecture.md section 4).
 REQUIRED = {
     "requests": ("arrived", "completed", "rejected"),
     "ttft_s": ("p50", "p99"), "tpot_s": ("p50", "p99"), "e2e_s": ("p50", "p99"),
