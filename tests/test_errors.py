@@ -51,6 +51,7 @@ def _files(tmp_path):
     (tmp_path / "full.csv.gz").write_bytes(gzip.compress(rows.encode()))
     (tmp_path / "trunc.csv.gz").write_bytes((tmp_path / "full.csv.gz").read_bytes()[:1500])
     (tmp_path / "afile").write_text("x")
+    (tmp_path / "badspec.yaml").write_text("grid:\n  workload.rate: [1, .nan]\n")
 
 
 # Each repro of the issue: (argv, a phrase the one line must contain).
@@ -84,6 +85,13 @@ REPROS = [
     (["run", "--set", "novalue"], "--set expects key=value"),
     (["run", "--set", "seed.x=1"], "seed: Input should be a valid integer"),
     (["run", "{tmp}/missing.yaml"], "does not exist"),
+    (["plan", "--model", "llama-3.1-8b", "--rate", "1", "--tp", "x", "--out", "{tmp}/p"], "--tp"),
+    (["plan", "--model", "llama-3.1-8b", "--rate", "1", "--schedulers", "nope", "--out", "{tmp}/p"], "unknown scheduler"),
+    (["plan", "--model", "llama-3.1-8b", "--rate", "1", "--gpus", ",", "--out", "{tmp}/p"], "at least one GPU"),
+    (["plan", "--model", "llama-3.1-8b", "--rate", "1", "--gpus", "tpu", "--out", "{tmp}/p"], "unknown hardware 'tpu'"),
+    (["sweep", "{tmp}/badspec.yaml", "--out", "{tmp}/s"], "sweep point 1 (workload.rate=nan, seed 0)"),
+    (["trace", "stats", "{tmp}/bin.csv"], "not a text trace"),
+    (["report", "{tmp}/nowhere"], "is not a results folder"),
 ]
 
 

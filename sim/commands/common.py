@@ -78,3 +78,11 @@ class HelpFormatter(argparse.HelpFormatter):
                 or action.option_strings == [] or action.nargs == 0):
             return help_
         return help_ + " (default: %(default)s)"
+
+
+def int_list(text: str) -> list[int]:
+    """``1,2,4`` -> [1, 2, 4]: positive integers, comma-separated."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"{text!r} holds no integers")
+    return [positive_int(t) for t in items]

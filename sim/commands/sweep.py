@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from sim.commands.common import HelpFormatter, add_set_arg, positive_float, positive_int
+from sim.commands.common import HelpFormatter, add_set_arg, int_list, positive_float, positive_int
 
 F = HelpFormatter
 
@@ -88,7 +88,8 @@ def register(sub) -> None:
     p.add_argument("--model", required=True, help="catalog model id")
     p.add_argument("--rate", type=positive_float, required=True, help="target arrival rate (req/s)")
     p.add_argument("--gpus", default="h100-sxm,a100-80gb,h200-sxm,b200", help="hardware ids, comma-separated")
-    p.add_argument("--tp", default="1,2,4,8", help="tensor-parallel degrees, comma-separated")
+    p.add_argument("--tp", type=int_list, default=[1, 2, 4, 8], metavar="TP,TP,...",
+                   help="tensor-parallel degrees, comma-separated (default: 1,2,4,8)")
     p.add_argument("--schedulers", default="vllm", help="schedulers, comma-separated; knobs as name+key=value")
     p.add_argument("--workload", default=None, help="YAML with a workload section (or a whole config)")
     p.add_argument("--trace", default=None, help="trace file replayed (rescaled to each probed rate)")
@@ -189,7 +190,7 @@ def cmd_plan(args) -> int:
     key = "workload.trace.num_requests" if args.trace or (base.get("workload") or {}).get("trace") else "workload.num_requests"
     base = apply_overrides(base, [f"{key}={args.num_requests}"] + list(args.sets))
     res = plan(args.model, args.rate, gpus=[g.strip() for g in args.gpus.split(",") if g.strip()],
-               tps=[int(t) for t in args.tp.split(",") if t.strip()], schedulers=parse_schedulers(args.schedulers),
+               tps=args.tp, schedulers=parse_schedulers(args.schedulers),
                settings=_settings(args), out=args.out, base=base, workers=args.workers, backend=args.backend,
                address=args.address, progress=False if args.quiet else None)
     print((Path(args.out) / "plan.md").read_text())

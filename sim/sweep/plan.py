@@ -130,6 +130,7 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
     t0 = time.perf_counter()
     out = Path(out)
     base = plan_base(model, base, settings)
+    check_choices(base, gpus, tps, schedulers)
     cands = [Candidate(g, tp, name, knobs) for g in gpus for tp in tps for name, knobs in schedulers]
     live, skipped = screen(cands, base)
     out.mkdir(parents=True, exist_ok=True)
@@ -162,6 +163,23 @@ def plan_base(model: str, base: dict | None, settings: SearchSettings) -> dict:
     base = with_slos(set_key(dict(base or {}), "model", model), settings)
     load_config(base)
     return base
+
+
+def check_choices(base: dict, gpus: list[str], tps: list[int], schedulers: list[tuple[str, tuple]]) -> None:
+    """Every GPU id and scheduler (with its knobs) is valid, before anything runs: a typo is an
+    error, not a table of skipped candidates. (A tp that does not suit the model is a skip.)"""
+    if not gpus or not tps or not schedulers:
+        raise ConfigError("plan needs at least one GPU (--gpus), one tp (--tp) and one scheduler (--schedulers)")
+    for g in gpus:
+        load_config(set_key(base, "hardware", g))
+    for name, knobs in schedulers:
+        try:
+            load_config(set_key(base, "scheduler", {"name": name, **dict(knobs)}))
+        except ConfigError as e:
+            raise ConfigError(f"--schedulers {name}: {e}") from None
+    bad = [t for t in tps if not isinstance(t, int) or not 1 <= t <= 64]
+    if bad:
+        raise ConfigError(f"--tp: {bad} are not tensor-parallel degrees (integers 1..64)")
 
 
 def screen(cands: list[Candidate], base: dict) -> tuple[list[Candidate], dict]:
