@@ -162,15 +162,24 @@ def judge(summary: dict | None, s: SearchSettings, factor: float = 1.0) -> tuple
     return True, "within SLOs"
 
 
-def _probe(cfg: dict, seed: int, rate: float, s: SearchSettings, log: list, bracketing: bool):
-    """Generator: yields the runs of one probe, returns (passed, reason)."""
-    full = with_rate({**cfg, "seed": seed}, rate)
+def sized(cfg: dict, rate: float, s: SearchSettings) -> dict:
+    """The config at ``rate`` with enough requests to judge a p99: at least ``min_requests``
+    and ``rate x min_window_s`` (arrivals must span a window long enough for an overload to
+    show in TTFT), at most ``max_requests`` for the window. Capacity probes and plan's fleet
+    checks both use it."""
+    full = with_rate(cfg, rate)
     n = num_requests(full)
-    if n:  # arrivals must span a window long enough for an overload to show in TTFT
+    if n:
         need = max(s.min_requests, min(s.max_requests, math.ceil(rate * s.min_window_s)))
         if need > n:
-            n = need
-            full = with_num_requests(full, n)
+            full = with_num_requests(full, need)
+    return full
+
+
+def _probe(cfg: dict, seed: int, rate: float, s: SearchSettings, log: list, bracketing: bool):
+    """Generator: yields the runs of one probe, returns (passed, reason)."""
+    full = sized({**cfg, "seed": seed}, rate, s)
+    n = num_requests(full)
     if s.early_stop and bracketing and n:
         n_short = max(s.min_short_requests, int(n * s.early_stop_fraction))
         if n_short < n:

@@ -36,7 +36,7 @@ from sim.config import load_config
 from sim.cost.memory import MemoryShortfall, memory_for_config
 from sim.errors import ConfigError, ServesimError
 from sim.metrics.summary import price_of
-from sim.sweep.capacity import Capacity, SearchSettings, capacity_tasks, probe_estimate, set_key, with_rate, with_slos
+from sim.sweep.capacity import Capacity, SearchSettings, capacity_tasks, probe_estimate, set_key, sized, with_slos
 from sim.sweep.runner import Driver
 from sim.sweep.store import RunStore
 
@@ -90,8 +90,9 @@ def fits(cfg: dict) -> str | None:
     return None
 
 
-def _fleet(cfg: dict, rate: float, replicas: int, seed: int) -> dict:
-    return set_key(set_key(with_rate(cfg, rate), "cluster.replicas", replicas), "seed", seed)
+def _fleet(cfg: dict, rate: float, replicas: int, s: SearchSettings, seed: int) -> dict:
+    """The fleet at the target rate, sized like a capacity probe (enough requests for a p99)."""
+    return set_key(set_key(sized(cfg, rate, s), "cluster.replicas", replicas), "seed", seed)
 
 
 def _verify(cfg: dict, rate: float, start: int, s: SearchSettings, max_extra: int):
@@ -102,7 +103,7 @@ def _verify(cfg: dict, rate: float, start: int, s: SearchSettings, max_extra: in
     for n in range(start, start + max_extra + 1):
         runs, ok = [], True
         for seed in s.seeds:
-            res = yield _fleet(cfg, rate, n, seed)
+            res = yield _fleet(cfg, rate, n, s, seed)
             good, why = judge(res.get("summary"), s) if res["status"] == "ok" else (False, res["error"].splitlines()[0])
             runs.append(res)
             if not good:
@@ -270,7 +271,7 @@ def candidate_row(c: Candidate, base: dict, rate: float, settings: SearchSetting
         status, note = "ok", ""
     if row.get("cost_model") and not row["profiled"]:
         note = (note + "; " if note else "") + f"unprofiled hardware ({row['cost_model']} cost model)"
-    return {**row, "status": status, "note": note, "_fleet": _fleet(c.apply(base), rate, n, settings.seeds[0]),
+    return {**row, "status": status, "note": note, "_fleet": _fleet(c.apply(base), rate, n, settings, settings.seeds[0]),
             "_keys": [r["key"] for r in v["runs"]]}
 
 
