@@ -126,7 +126,7 @@ def _roofline_features(model, hw, key: str, x: float, y: float | None, dtype: st
     rm = RooflineCostModel(model, hw, tp=int(tp), dtype=dtype if dtype in ("bf16", "fp16", "fp8") else "bf16")
     captured = {}
 
-    def roof(flops, nbytes, eff):
+    def roof(flops, nbytes, eff, peak=None):
         captured["v"] = (flops, nbytes)
         return 1.0
 

@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from sim.lifecycle import emits_token  # standard library only: runs on the bare GPU machine
+
 # Small synthetic workloads for the replay: (overrides) by model size. Lengths stay inside the
 # profiled grids where possible (whole prompts <= max_num_batched_tokens, decode contexts >= 128).
 CPU_WORKLOAD = [
@@ -47,8 +49,12 @@ def make_plans(model: str, hardware: str, overrides: list[str] | None = None, pr
         raise ValueError("plans are recorded for one replica")
     eng = Engine(cfg, record_plans=True)
     out = eng.run()
-    reqs = {str(r.id): [r.spec.arrival_s, r.spec.prompt_tokens, r.spec.output_tokens] for r in out.requests
-            if r.first_scheduled_s is not None}
+    from sim.metrics.records import requests_frame
+
+    req = requests_frame(out)
+    req = req[req["first_scheduled_s"].notna()]
+    reqs = {str(i): [a, p, o] for i, a, p, o in zip(req["request_id"].tolist(), req["arrival_s"].tolist(),
+                                                     req["prompt_tokens"].tolist(), req["output_tokens"].tolist())}
     steps = []
     for (_rep, start, ids, shape), dur in zip(eng.plans, out.steps.duration_s):
         steps.append({"start_s": start, "ids": list(ids), "new": list(shape.new_tokens),
@@ -75,7 +81,8 @@ def token_times(doc: dict, durations: list[float]) -> dict[str, list[float]]:
     Steps run back to back in plan order; a step never starts before the arrival of the requests
     it schedules for the first time (the simulator's idle waits are exactly such waits). A
     request emits a token at the end of a step after which its computed tokens reach prompt +
-    generated tokens (the engine's rule; recompute preemption restarts from context 0)."""
+    generated tokens (the engine's rule, ``sim.lifecycle.emits_token``; recompute preemption
+    restarts from context 0)."""
     reqs = doc["requests"]
     seen: set[str] = set()
     generated: dict[str, int] = {}
@@ -89,7 +96,7 @@ def token_times(doc: dict, durations: list[float]) -> dict[str, list[float]]:
             i = str(i)
             seen.add(i)
             g = generated.get(i, 0)
-            if c + n >= reqs[i][1] + g:
+            if emits_token(c + n, reqs[i][1], g):
                 generated[i] = g + 1
                 times.setdefault(i, []).append(end)
     return times

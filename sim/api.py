@@ -12,7 +12,8 @@ import pandas as pd
 import yaml
 
 from sim.config import Config, load_config
-from sim.metrics.records import requests_frame, steps_frame
+from sim.errors import ConfigError
+from sim.metrics.records import read_streamed, requests_frame, steps_frame
 from sim.metrics.summary import clean_json, summarize
 
 
@@ -24,9 +25,17 @@ class Results:
     requests: pd.DataFrame
     steps: pd.DataFrame
     config: Config
-    itl_s: np.ndarray | None = None
-    """Every inter-token gap of every request (seconds), pooled: the ITL distribution."""
+    itl: object = None
+    """The ITL log (distinct gaps with their token counts); None for a streamed run."""
     out_dir: Path | None = None
+
+    @property
+    def itl_s(self) -> np.ndarray | None:
+        """Every inter-token gap of every request (seconds), pooled: the ITL distribution,
+        expanded on demand (one value per output token: large for runs of millions)."""
+        if self.itl is None:
+            return None
+        return np.repeat(np.asarray(self.itl.values, float), np.asarray(self.itl.counts, np.int64))
 
 
 def _progress(cfg: Config, enabled: bool | None):
@@ -56,27 +65,53 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
         from sim.workload.traces import detect_format
 
         detect_format(cfg.workload.trace.path)  # a missing, empty, binary or unknown trace fails here, up front
+    from sim.shards import shard_refusal
+
+    why = shard_refusal(cfg)
+    if why:
+        raise ConfigError(why)
+    stream_to = None
+    if cfg.output.stream:  # checked before anything runs
+        if out is None:
+            raise ConfigError("output.stream: streaming writes requests.parquet as the run goes; give an output folder "
+                              "(--out, or simulate(out=...))")
+        Path(out).mkdir(parents=True, exist_ok=True)
+        stream_to = Path(out) / "requests.parquet"
     t0 = time.perf_counter()
     bar = _progress(cfg, progress)
     try:
-        sim_out = run_engine(cfg, bar)
+        sim_out = run_engine(cfg, bar, stream_to=stream_to)
     finally:
         if bar is not None:
             bar.close()
-    req = requests_frame(sim_out)
+    req = read_streamed(stream_to) if stream_to else requests_frame(sim_out)
     steps = steps_frame(sim_out)
     wall = time.perf_counter() - t0
-    summary = clean_json(summarize(sim_out, req, steps, wall))
-    itl = np.repeat(np.asarray(sim_out.itl_values, float), np.asarray(sim_out.itl_counts, np.int64))
-    res = Results(summary, req, steps, cfg, itl)
+    summary = summarize(sim_out, req, steps, wall)
+    if stream_to:
+        summary["sim"]["stream"] = stream_note(cfg)
+    if sim_out.workers > 1:
+        summary["sim"]["workers"] = (f"{sim_out.workers} processes, replica i in process i % {sim_out.workers} "
+                                     "(replicas share no state: results identical to one process)")
+    summary = clean_json(summary)
+    res = Results(summary, req, steps, cfg, None if stream_to else sim_out.itl)
     if out is not None:
         write_results(res, Path(out), plots=cfg.output.plots if plots is None else plots)
     return res
 
 
+def stream_note(cfg: Config) -> str:
+    return (f"requests streamed to requests.parquet in chunks of {cfg.output.stream_chunk_rows:,} rows (rows in the "
+            "order requests left, by arrival within a chunk); TTFT, TPOT, E2E and queueing quantiles exact (read back "
+            "from the file); ITL quantiles from a log-bucket sketch, within 0.05% relative error; no figures")
+
+
 def write_results(res: Results, out: Path, *, plots: bool = True) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    res.requests.to_parquet(out / "requests.parquet", index=False)
+    streamed = res.config.output.stream
+    if not streamed:  # a streamed run wrote its rows as it went
+        res.requests.to_parquet(out / "requests.parquet", index=False)
+    plots = plots and not streamed
     if res.config.output.step_records:
         res.steps.to_parquet(out / "steps.parquet", index=False)
     (out / "config.yaml").write_text(yaml.safe_dump(res.config.to_dict(), sort_keys=False))

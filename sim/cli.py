@@ -32,6 +32,7 @@ COMMANDS = [
     "sim.commands.calibrate",
     "sim.commands.sweep",
     "sim.commands.compare",
+    "sim.commands.validate_silicon",
 ]
 
 EXIT_USAGE = 2

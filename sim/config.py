@@ -83,11 +83,23 @@ class KV(_Strict):
     num_gpu_blocks: int | None = Field(default=None, ge=1, le=MAX_GPU_BLOCKS, description="override: blocks a real engine reported")
     runtime_overhead_gib: float = Field(default=1.0, ge=0, le=1024, description="CUDA context, NCCL, graphs (per GPU)")
     watermark: float = Field(default=0.01, ge=0, lt=1, description="fraction of blocks kept free at admission")
-    dtype: Literal["bf16", "fp16", "fp8"] | None = Field(default=None, description="KV-cache dtype; default = weights dtype")
+    dtype: Literal["bf16", "fp16", "fp8"] | None = Field(default=None, description=(
+        "KV-cache dtype; default = the activation dtype (precision.activations), as vLLM's "
+        "kv_cache_dtype 'auto' keeps the model dtype even for fp8/fp4 weights"))
     preemption: Literal["recompute", "swap"] = "recompute"
     swap_space_gib: float = Field(default=4.0, ge=0, le=1024, description="host memory for swapped blocks, per GPU (vLLM default 4)")
     prefix_caching: bool = False
     eviction: Literal["lru", "lfu", "fifo"] = "lru"
+
+
+class Precision(_Strict):
+    """Dtypes other than the weights' (top-level ``dtype``): activations (GEMM inputs/outputs,
+    norms, attention Q/O, embedding, LM head) and the tensor-parallel collectives. bf16 by default:
+    engines keep activations and all-reduces in the model dtype whatever the weight format."""
+
+    activations: Literal["bf16", "fp16"] = "bf16"
+    communication: Literal["bf16", "fp16", "fp8"] | None = Field(
+        default=None, description="all-reduce / all-gather / pipeline send dtype (default: activations)")
 
 
 class SLOClass(_Strict):
@@ -116,8 +128,14 @@ class Roofline(_Strict):
 
 class Cost(_Strict):
     usd_per_gpu_hour: float | None = Field(default=None, ge=0, description="override the card's dated price")
-    model: Literal["auto", "roofline", "profiled"] = Field(
-        default="auto", description="auto: profiled when a profile exists for (hardware, model, dtype), else roofline")
+    model: Literal["auto", "roofline", "profiled", "kerneldb"] = Field(
+        default="auto", description=(
+            "auto: profiled when a profile exists for (hardware, model, dtype), else the kernel database "
+            "when installed (extra kernels-db) and covering the GPU and dtype, else roofline"))
+    framework: Literal["vllm", "sglang", "trtllm"] = Field(
+        default="vllm", description="serving framework whose kernels (and engine overhead) price the steps (kerneldb)")
+    framework_version: str | None = Field(
+        default=None, description="framework version in the kernel database (default: the newest it holds)")
     profiles_dir: str | None = Field(default=None, description="fitted profiles folder (default: the shipped ones)")
     roofline: Roofline = Roofline()
 
@@ -126,6 +144,10 @@ class EngineSection(_Strict):
     fast_forward: bool = Field(default=True, description=(
         "price runs of identical decode steps without per-request work between their ends; "
         "exact (same results as step by step), only faster"))
+    workers: int = Field(default=1, ge=1, le=256, description=(
+        "processes that share the replicas when they share no state (a router that reads no "
+        "load and knows its turns, i.e. round_robin; no disaggregation; open-loop arrivals); "
+        "results are identical to one process"))
 
 
 class Output(_Strict):
@@ -134,12 +156,20 @@ class Output(_Strict):
     step_records: bool = Field(default=True, description=(
         "keep one row per engine step (steps.parquet, time-series figures); turn off for runs of "
         "millions of requests, whose memory is then bounded by the requests alone"))
+    stream: bool = Field(default=False, description=(
+        "write request rows to requests.parquet in chunks as requests leave, so memory stays "
+        "bounded (runs of tens of millions); needs an output folder; latency quantiles are read "
+        "back exactly from the file, ITL quantiles come from a log-bucket sketch (0.1% relative "
+        "error); no figures"))
+    stream_chunk_rows: int = Field(default=200_000, ge=1, description="request rows per written chunk")
 
 
 class Config(_Strict):
     model: str = "llama-3.1-8b"
     hardware: str = "h100-sxm"
-    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    dtype: Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4"] = Field(default="bf16", description=(
+        "weight dtype (bytes per parameter incl. block scales; GEMM tensor-core dtype)"))
+    precision: Precision = Precision()
     parallelism: Parallelism = Parallelism()
     cluster: Cluster = Cluster()
     scheduler: SchedulerSection = SchedulerSection()
@@ -153,12 +183,11 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _runnable(self):
-        """The model splits over the parallelism and the GPU computes in the dtype: checked
-        here, before any simulation, with the same rules the cost model applies."""
-        from sim.catalog import get_hardware, get_model
+        """The model splits over the parallelism: checked here, before any simulation, with the
+        rule the cost model applies (dtype support: ``_dtype_on_hardware``)."""
+        from sim.catalog import get_model
 
-        why = (get_model(self.model).parallelism_problem(self.parallelism.tp, self.parallelism.pp)
-               or get_hardware(self.hardware).dtype_problem(self.dtype))
+        why = get_model(self.model).parallelism_problem(self.parallelism.tp, self.parallelism.pp)
         if why:
             raise ValueError(why)
         return self
@@ -173,6 +202,27 @@ class Config(_Strict):
         except CatalogError as e:
             raise ValueError(str(e)) from None
         return v
+
+    @model_validator(mode="after")
+    def _dtype_on_hardware(self):
+        from sim.catalog import CatalogError, get_hardware, get_model
+
+        try:
+            get_hardware(self.hardware).check_dtype(self.dtype)
+        except CatalogError as e:
+            raise ValueError(f"dtype {self.dtype}: {e}") from None
+        if self.dtype == "mxfp4" and not get_model(self.model).is_moe:
+            raise ValueError(f"dtype mxfp4: quantises the routed experts of an MoE model (the gpt-oss format); "
+                             f"{self.model} has none, use bf16, fp8 or nvfp4")
+        return self
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.kv.dtype or self.precision.activations
+
+    @property
+    def comm_dtype(self) -> str:
+        return self.precision.communication or self.precision.activations
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")

@@ -1,28 +1,125 @@
-"""Pieces of the engine's decode fast-forward that need no event loop (see ``Engine.decode_run``
-and docs/design-decisions.md): a run of identical decode steps as columns, and the block growth
-such a run needs, done in the order the scheduler would do it."""
+"""The engine's decode fast-forward, without the event loop (docs/design-decisions.md).
+
+When a step gives every running request exactly its next decode token, nothing else happens in
+it, and the policy vouches it would plan the same again (``Scheduler.steady``), the steps that
+follow are identical up to the first of: a request finishes, a request arrives at this replica,
+a block the pool cannot give. ``decode_run`` prices that run exactly as single steps would be
+priced, allocating blocks in the order the scheduler would; the engine waits once for the run's
+end and applies it with ``lifecycle.complete_run``. Results are identical to stepping one step at
+a time (tests/test_fast_forward.py).
+"""
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
+
+import numpy as np
 
 from sim.kv.blocks import KVManager
 from sim.request import Request
+from sim.types import COMPONENTS
+
 
 @dataclass
 class DecodeRun:
-    """A run of identical decode steps (see ``Engine.decode_run``), as columns."""
+    """A run of identical decode steps, as columns."""
 
     reqs: list
     times: list  # steps + 1 entries: each step's start, then the last step's end
-    columns: dict  # "total" and each component: one value per step
+    columns: dict | None  # "total" and each component, one value per step (None: not asked for)
     used: list  # KV blocks in use after each step's allocations
     source: str
     steps: int
 
 
-VECTOR_RUN = 48
-"""Decode runs expected to last at least this many steps are priced with numpy arrays."""
+FIRST_CHUNK = 24
+"""Steps priced in the first go when a run may end at an arrival (runs are usually short)."""
+
+
+def steady_decode(sched, plan, by_id: dict) -> bool:
+    """True when ``plan`` gives every running request exactly its next decode token, nothing
+    else happens in it, and the policy vouches that it would plan the same again."""
+    if (plan.preempted or plan.swapped_in or plan.blocks_swapped_out or plan.cached_tokens
+            or len(plan.num_new_tokens) != len(sched.running) or not sched.steady()):
+        return False
+    for rid, n in plan.num_new_tokens.items():
+        r = by_id[rid]
+        if n != 1 or not r.num_generated or r.num_generated >= r.output_tokens:
+            return False
+    return True
+
+
+def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: float,
+               columns: bool = True) -> DecodeRun:
+    """The steps of a steady decode batch ``reqs`` starting at ``start``, up to the first of (a
+    request finishes, a step that would start at or after ``arrival``: the earliest time a
+    request can reach this replica, a block the pool cannot give), with per-request work only
+    at the ends. Blocks are allocated as the steps need them; request state is left to
+    ``lifecycle.complete_run``. ``columns``: also return each step's time breakdown."""
+    n = len(reqs)
+    horizon = min(r.output_tokens - r.num_generated for r in reqs)
+    kv_tokens = sum(r.num_computed for r in reqs) + n
+    longest = max(r.num_computed for r in reqs) + 1
+    grower = BlockGrower(kv, reqs)
+    times = _clock(cost, n, kv_tokens, longest, horizon, start, arrival)
+    if times is None:  # no side-effect-free series: step by step (table lookups count each query)
+        return _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival)
+    k_end = grower.grow_until(len(times) - 1)
+    del times[k_end + 1:]
+    cols = None
+    if columns:
+        series = cost.decode_series(n, kv_tokens, longest, k_end)
+        cols = {c: series[c].tolist() for c in ("total", *COMPONENTS)}
+    return DecodeRun(reqs, times, cols, grower.used(k_end), cost.source, k_end)
+
+
+def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: float, arrival: float) -> list | None:
+    """Start times of the run's steps up to ``horizon`` or the first step (after the first) that
+    would start at or after ``arrival``, then the end of the last: the clock simpy would keep
+    (sequential sums). Prices in chunks: a short list first, then longer arrays."""
+    times, t, done = [start], start, 0
+    m = horizon if arrival == float("inf") else FIRST_CHUNK
+    while done < horizon:
+        m = min(m, horizon - done)
+        tot = cost.decode_totals(n, kv_tokens + done * n, longest + done, m)
+        if tot is None:
+            return None
+        if isinstance(tot, list):
+            for x in tot:
+                if done and t >= arrival:
+                    return times
+                t += x
+                times.append(t)
+                done += 1
+        else:
+            cum = np.cumsum(np.concatenate(([t], tot)))  # sequential, like simpy's clock
+            late = np.flatnonzero(cum[:m] >= arrival)
+            if late.size and done + late[0] == 0:  # the run's first step always runs
+                late = late[1:]
+            if late.size:
+                times.extend(cum[1: int(late[0]) + 1].tolist())
+                return times
+            times.extend(cum[1:].tolist())
+            t, done = times[-1], done + m
+        m *= 4
+    return times
+
+
+def _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival) -> DecodeRun:
+    st = cost.decode_step(n, kv_tokens, longest)
+    sts, times, t = [st], [start], start + st.total
+    due, price = grower.due, cost.decode_step
+    for k in range(1, horizon):
+        if t >= arrival or (min(due) == k and grower.grow_until(k + 1) == k):
+            break
+        times.append(t)
+        st = price(n, kv_tokens + k * n, longest + k)
+        sts.append(st)
+        t += st.total
+    times.append(t)
+    k_end = len(sts)
+    rows = [(x.total, x.gemm, x.attn_prefill, x.attn_decode, x.comm, x.other_gpu, x.cpu, x.swap) for x in sts]
+    cols = dict(zip(("total", *COMPONENTS), map(list, zip(*rows))))
+    return DecodeRun(reqs, times, cols, grower.used(k_end), sts[0].source, k_end)
 
 
 class BlockGrower:
@@ -32,31 +129,38 @@ class BlockGrower:
     def __init__(self, kv: KVManager, reqs: list[Request]):
         self.kv, self.reqs = kv, reqs
         bs, tables = kv.block_size, kv.tables
-        # (step at which request i needs its next block, i): the step whose token overflows its table
-        self.heap = [(len(tables[r.id]) * bs - r.num_computed, i) for i, r in enumerate(reqs)]
-        heapq.heapify(self.heap)
+        # the step at which request i needs its next block: the step whose token overflows its table
+        self.due = [len(tables[r.id]) * bs - r.num_computed for r in reqs]
         self.start_used = kv.num_used
         self.changes: list[tuple[int, int]] = []
 
     def grow_until(self, k_end: int) -> int:
         """Allocate for the steps before ``k_end``; returns the first step the pool cannot give
         (``k_end`` if it can give them all)."""
-        kv, heap, bs, tables = self.kv, self.heap, self.kv.block_size, self.kv.tables
-        while heap and heap[0][0] < k_end:
-            k = heap[0][0]
-            need = []
-            while heap and heap[0][0] == k:
-                need.append(heapq.heappop(heap)[1])
-            if not kv.can_allocate(len(need)):  # each needs exactly one block
-                for i in need:
-                    heapq.heappush(heap, (k, i))
+        kv, bs, due, reqs = self.kv, self.kv.block_size, self.due, self.reqs
+        events = []  # (step, request index): every block needed before k_end, in allocation order
+        for i, k in enumerate(due):
+            while k < k_end:
+                events.append((k, i))
+                k += bs
+        if not events:
+            return k_end
+        events.sort()
+        j, m = 0, len(events)
+        while j < m:
+            k = events[j][0]
+            e = j + 1
+            while e < m and events[e][0] == k:
+                e += 1
+            if not kv.can_allocate(e - j):  # each needs exactly one block
                 return k
-            for i in sorted(need):
-                r = self.reqs[i]
-                if not kv.allocate(r.id, r.num_computed + 1 + k):
+            for _, i in events[j:e]:
+                r = reqs[i]
+                if not kv.grow_one(r.id, r.num_computed + 1 + k):
                     raise RuntimeError(f"KV manager refused a block it said it had (request {r.id})")
-                heapq.heappush(heap, (len(tables[r.id]) * bs - r.num_computed, i))
+                due[i] = k + bs
             self.changes.append((k, kv.num_used))
+            j = e
         return k_end
 
     def used(self, steps: int) -> list[int]:

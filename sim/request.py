@@ -24,7 +24,7 @@ class Request:
     __slots__ = (
         "spec", "id", "prompt_tokens", "output_tokens", "num_computed", "num_generated", "status", "replica", "first_scheduled_s",
         "first_token_s", "last_token_s", "finish_s", "preemptions", "reject_reason", "cached_tokens",
-        "max_itl_s",
+        "max_itl_s", "order",
     )
 
     def __init__(self, spec: RequestSpec):
@@ -44,6 +44,7 @@ class Request:
         self.reject_reason: str | None = None
         self.cached_tokens = 0  # prompt tokens served from the prefix cache (first admission)
         self.max_itl_s = 0.0
+        self.order = spec.id  # admission order (the engine numbers arrivals as it admits them)
 
     @property
     def num_tokens(self) -> int:

@@ -1,9 +1,10 @@
 """Helpers for the policy and KV tests: hand-made requests, schedulers over a tiny KV manager,
-and a step function that applies a plan the way the engine's commit_plan / complete_step do."""
+and a step function that applies a plan with the engine's lifecycle rules (``sim.lifecycle``)."""
 from __future__ import annotations
 
 import numpy as np
 
+from sim import lifecycle
 from sim.kv import KVManager, PrefixKVManager
 from sim.request import Request, Status
 from sim.scheduler import REGISTRY
@@ -26,30 +27,14 @@ def make(name: str, blocks: int, bs: int = 4, *, swap_blocks: int = 0, prefix: b
 
 
 def step(s, now: float = 0.0):
-    """One engine step on scheduler ``s``: schedule, commit, complete. Returns the plan."""
+    """One engine step on scheduler ``s``: schedule, commit, complete (with the engine's own
+    ``sim.lifecycle`` rules; the step takes no time). Returns the plan."""
     plan = s.schedule(now)
     by_id = {r.id: r for r in [*s.running, *s.waiting]}
-    for rid in plan.preempted:
-        r = by_id[rid]
-        r.preemptions += 1
-        if rid in plan.swapped_out:
-            r.status = Status.SWAPPED
-        else:
-            r.num_computed, r.status = 0, Status.WAITING
-    for rid, c in plan.cached_tokens.items():
-        by_id[rid].num_computed = c
-        if by_id[rid].first_scheduled_s is None:
-            by_id[rid].cached_tokens = c
-    for rid, n in plan.num_new_tokens.items():
-        r = by_id[rid]
-        r.first_scheduled_s = now if r.first_scheduled_s is None else r.first_scheduled_s
-        r.status = Status.RUNNING
-        r.num_computed += n
-        if r.num_computed == r.num_tokens:
-            r.num_generated += 1
-            if r.num_generated >= r.spec.output_tokens:
-                r.status = Status.FINISHED
-                s.finish(r)
+    lifecycle.commit(plan, by_id, now)
+    for r in lifecycle.complete_step(plan, by_id, now, now, None)[2]:
+        if r.status is Status.FINISHED:
+            s.finish(r)
     return plan
 
 

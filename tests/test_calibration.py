@@ -160,7 +160,8 @@ def test_unprofiled_gpu_uses_factors_fitted_on_profiled_gpus(tmp_path):
     from sim import simulate
 
     (tmp_path / "roofline_params.json").write_text(json.dumps({"params": {"gemm_eff": 0.5, "mem_eff": 0.7}}))
-    base = {"workload": {"num_requests": 20}, "output": {"plots": False, "progress": False}}
+    # MI300X: a GPU no profile and no kernel database covers, so `auto` prices it by the roofline
+    base = {"hardware": "mi300x", "workload": {"num_requests": 20}, "output": {"plots": False, "progress": False}}
     default = simulate(base).summary
     fitted = simulate({**base, "cost": {"profiles_dir": str(tmp_path)}}).summary
     user = simulate({**base, "cost": {"profiles_dir": str(tmp_path), "roofline": {"gemm_eff": 0.9}}}).summary

@@ -12,6 +12,7 @@ from sim.catalog import get_hardware, get_model
 from sim.config import load_config
 from sim.cost.roofline import RooflineCostModel
 from sim.engine import Engine
+from sim.metrics.records import requests_frame
 from sim.types import BatchShape
 
 
@@ -119,9 +120,10 @@ def test_invariants_on_random_small_configs(p):
     steps_used = np.frombuffer(out.steps.kv_blocks_used, np.int32) if len(out.steps.kv_blocks_used) else []
     assert all(u <= p["blocks"] for u in steps_used)
     for rep in eng.replicas:
-        assert sorted(rep.kv.pool._free) == list(range(p["blocks"]))
+        assert sorted(rep.kv.pool.free_blocks()) == list(range(p["blocks"]))
     tokens = np.frombuffer(out.steps.num_tokens, np.int32) if len(out.steps.num_tokens) else np.zeros(0)
-    assert tokens.sum() >= sum(r.spec.prompt_tokens for r in out.requests if r.status.value == "finished")
+    req = requests_frame(out)
+    assert tokens.sum() >= req.loc[req["status"] == "finished", "prompt_tokens"].sum()
 
 
 def test_goodput_per_slo_class_uses_each_class_limits():

@@ -15,7 +15,18 @@ import yaml
 
 HERE = Path(__file__).parent
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp4": 0.53125}
+"""Bytes per element, block scales included. nvfp4 (NVIDIA ModelOpt / Blackwell): a 4-bit E2M1 value
+plus one FP8 (E4M3) scale per 16 values = 4 + 8/16 = 4.5 bits; mxfp4 (OCP microscaling, gpt-oss): a
+4-bit E2M1 value plus one 8-bit E8M0 scale per 32 values = 4 + 8/32 = 4.25 bits. The per-tensor fp32
+scale of nvfp4 is negligible and not counted."""
+
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
+COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": None}
+"""Tensor-core dtype a GEMM with these weights runs in. fp8 weights run W8A8 on fp8 tensor cores
+(vLLM's fp8 path on Hopper/Ada/Blackwell/MI300X); nvfp4 runs W4A4 on Blackwell fp4 tensor cores;
+mxfp4 (gpt-oss) is priced weight-only: dequantised and multiplied in the activation dtype (None),
+as vLLM's Triton/Marlin MoE kernels do on Hopper and Ampere."""
 
 
 class CatalogError(ValueError):
@@ -44,32 +55,133 @@ class ModelCard:
     sliding_window: int | None = None
     qkv_bias: bool = False
     tie_word_embeddings: bool = False
+    # MoE beyond Mixtral: expert size, shared experts, dense first layers (DeepSeek, Qwen3-MoE, gpt-oss)
+    moe_intermediate_size: int | None = None
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    # attention: "gqa" (MHA/GQA/MQA by num_kv_heads) or "mla" (DeepSeek multi-head latent attention)
+    attention_kind: str = "gqa"
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    # layers that use ``sliding_window`` (None: all layers when a window is set; gpt-oss: 18 of 36)
+    sliding_window_layers: int | None = None
+
+    def __post_init__(self):
+        if self.attention_kind not in ("gqa", "mla"):
+            raise CatalogError(f"{self.id}: attention_kind must be gqa or mla, not {self.attention_kind!r}")
+        if self.attention_kind == "mla":
+            need = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+            missing = [k for k in need if getattr(self, k) is None]
+            if missing:
+                raise CatalogError(f"{self.id}: MLA attention needs {', '.join(missing)}")
+        if self.first_dense_layers and not self.num_experts:
+            raise CatalogError(f"{self.id}: first_dense_layers is only meaningful for MoE models")
+        if not 0 <= self.first_dense_layers <= self.num_layers:
+            raise CatalogError(f"{self.id}: first_dense_layers must lie in [0, num_layers]")
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    @property
+    def is_mla(self) -> bool:
+        return self.attention_kind == "mla"
+
+    @property
+    def expert_intermediate(self) -> int:
+        """Intermediate size of one routed (and one shared) expert."""
+        return self.moe_intermediate_size or self.intermediate_size
+
+    @property
+    def moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    @property
+    def dense_layers(self) -> int:
+        return self.num_layers - self.moe_layers
+
+    @property
+    def window_layers(self) -> int:
+        """Layers whose attention is limited to ``sliding_window`` tokens."""
+        if not self.sliding_window:
+            return 0
+        return self.num_layers if self.sliding_window_layers is None else self.sliding_window_layers
+
     # ----- parameter counts derived from the architecture (not the published rounding) -----
+    @property
+    def attn_replicated_params_per_layer(self) -> int:
+        """Attention parameters every tensor-parallel rank holds whole: MLA's down-projections
+        (q_a, kv_a, with their norms; vLLM keeps them replicated), 0 for GQA."""
+        if not self.is_mla:
+            return 0
+        h, ql, kvl = self.hidden_size, self.q_lora_rank or 0, self.kv_lora_rank
+        return h * (ql + kvl + self.qk_rope_head_dim) + ql + kvl
+
     @property
     def attn_params_per_layer(self) -> int:
         h, d = self.hidden_size, self.head_dim
+        if self.is_mla:
+            H, qk = self.num_attention_heads, self.qk_nope_head_dim + self.qk_rope_head_dim
+            q_up = (self.q_lora_rank or h) * H * qk  # q_b (or a plain q projection without q_lora)
+            kv_up = self.kv_lora_rank * H * (self.qk_nope_head_dim + self.v_head_dim)
+            o = H * self.v_head_dim * h
+            return self.attn_replicated_params_per_layer + q_up + kv_up + o
         q, kv = self.num_attention_heads * d, self.num_kv_heads * d
         bias = (q + 2 * kv) if self.qkv_bias else 0
         return h * (q + 2 * kv) + bias + q * h
 
     @property
+    def dense_mlp_params(self) -> int:
+        return 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert (gate, up, down)."""
+        return 3 * self.hidden_size * self.expert_intermediate
+
+    @property
+    def moe_layer_params(self) -> int:
+        """An MoE layer's MLP: routed experts, shared experts, router."""
+        return (self.num_experts + self.num_shared_experts) * self.expert_params + self.hidden_size * self.num_experts
+
+    @property
     def mlp_params_per_layer(self) -> int:
-        dense = 3 * self.hidden_size * self.intermediate_size
+        """MLP parameters of an average layer (dense first layers and MoE layers averaged)."""
         if self.is_moe:
-            return self.num_experts * dense + self.hidden_size * self.num_experts  # + router
-        return dense
+            return (self.moe_layers * self.moe_layer_params + self.dense_layers * self.dense_mlp_params) / self.num_layers
+        return self.dense_mlp_params
+
+    def _params(self, experts_per_moe_layer: int) -> int:
+        h = self.hidden_size
+        mlp = self.dense_layers * self.dense_mlp_params
+        if self.is_moe:
+            mlp += self.moe_layers * ((experts_per_moe_layer + self.num_shared_experts) * self.expert_params
+                                      + h * self.num_experts)
+        emb = self.vocab_size * h
+        head = 0 if self.tie_word_embeddings else emb
+        return self.num_layers * (self.attn_params_per_layer + 2 * h) + int(mlp) + emb + head + h
 
     @property
     def total_params(self) -> int:
-        per_layer = self.attn_params_per_layer + self.mlp_params_per_layer + 2 * self.hidden_size
-        emb = self.vocab_size * self.hidden_size
-        head = 0 if self.tie_word_embeddings else emb
-        return self.num_layers * per_layer + emb + head + self.hidden_size
+        return self._params(self.num_experts)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token runs through: the top-k routed experts (plus shared experts) of each
+        MoE layer, everything else whole, embedding and LM head included (the convention of the
+        published figures, e.g. Mixtral-8x7B 12.9B, DeepSeek-V3 37B)."""
+        return self._params(self.experts_top_k) if self.is_moe else self.total_params
+
+    @property
+    def kv_elems_per_token_per_layer(self) -> int:
+        """Cached elements per token per layer: K and V of every KV head (GQA), or the one
+        compressed latent plus the decoupled rotary key shared by all heads (MLA)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
 
     def parallelism_problem(self, tp: int, pp: int = 1) -> str | None:
         """Why this model cannot be split ``tp`` ways by tensor parallelism and into ``pp``
@@ -77,17 +189,19 @@ class ModelCard:
         KV heads must divide ``tp`` or be replicated over it, as in vLLM."""
         if self.num_attention_heads % tp:
             return f"tp={tp} does not divide {self.id}'s {self.num_attention_heads} attention heads"
-        if self.num_kv_heads % tp and tp % self.num_kv_heads:
+        if self.num_kv_heads and self.num_kv_heads % tp and tp % self.num_kv_heads:
             return f"tp={tp} neither divides nor is a multiple of {self.id}'s {self.num_kv_heads} KV heads"
-        if self.intermediate_size % tp:
+        if self.dense_layers and self.intermediate_size % tp:
             return f"tp={tp} does not divide {self.id}'s MLP intermediate size {self.intermediate_size}"
+        if self.is_moe and self.expert_intermediate % tp:
+            return f"tp={tp} does not divide {self.id}'s expert intermediate size {self.expert_intermediate}"
         if self.num_layers % pp:
             return f"pp={pp} does not divide {self.id}'s {self.num_layers} layers"
         return None
 
     def kv_bytes_per_token(self, dtype: str = "bf16") -> int:
         """KV-cache bytes one token occupies across the whole model (all layers, K and V)."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * DTYPE_BYTES[dtype]
+        return int(self.num_layers * self.kv_elems_per_token_per_layer * DTYPE_BYTES[dtype])
 
 
 @dataclass(frozen=True)
@@ -118,29 +232,52 @@ class HardwareCard:
     source: str
     aliases: tuple[str, ...] = ()
     price: Price | None = None
+    fp4_tflops: float | None = None
+    dtypes: tuple[str, ...] = ("bf16", "fp16")
+    usable_memory_gib: float | None = None
+    usable_memory_source: str | None = None
 
     @property
     def memory_bytes(self) -> int:
+        """Datasheet capacity (read in binary units)."""
         return int(self.memory_gib * 2**30)
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """What the driver reports as total device memory (``torch.cuda.mem_get_info``, the figure
+        vLLM multiplies by ``gpu_memory_utilization``); the datasheet figure when the card has none."""
+        gib = self.usable_memory_gib if self.usable_memory_gib is not None else self.memory_gib
+        return int(gib * 2**30)
+
+    def supports(self, weight_dtype: str) -> bool:
+        """Whether this GPU runs ``weight_dtype`` weights: in its tensor cores (``dtypes``), or, for
+        weight-only formats (mxfp4), by dequantising to bf16."""
+        return weight_dtype in self.dtypes or (weight_dtype in DTYPE_BYTES and COMPUTE_DTYPE.get(weight_dtype) is None)
+
+    def check_dtype(self, weight_dtype: str) -> None:
+        """Raise CatalogError (one line) when this GPU lacks ``weight_dtype`` in hardware."""
+        if not self.supports(weight_dtype):
+            raise CatalogError(f"{self.name} has no {weight_dtype} tensor cores (hardware dtypes: "
+                               f"{', '.join(self.dtypes)}); choose one of those")
 
     @property
     def mem_bw(self) -> float:
         """HBM bandwidth in bytes/s."""
         return self.mem_bw_tbps * 1e12
 
-    def dtype_problem(self, dtype: str) -> str | None:
-        """Why this GPU cannot compute in ``dtype`` (None when it can): fp8 needs FP8 tensor
-        cores (the datasheet's FP8 rate)."""
-        if dtype == "fp8" and self.fp8_tflops is None:
-            return f"hardware {self.id!r} has no FP8 tensor cores (datasheet); use dtype bf16"
-        return None
-
     def peak_flops(self, dtype: str = "bf16") -> float:
-        """Dense tensor-core rate in FLOP/s for a compute dtype."""
+        """Dense tensor-core rate in FLOP/s for a compute dtype (bf16, fp16, fp8, fp4; a weight dtype
+        is mapped to the dtype its GEMMs run in, see ``COMPUTE_DTYPE``)."""
+        if dtype in COMPUTE_DTYPE and dtype not in ("bf16", "fp16", "fp8"):
+            dtype = COMPUTE_DTYPE[dtype] or "bf16"
         if dtype == "fp8":
-            if (why := self.dtype_problem(dtype)) is not None:
-                raise CatalogError(why)
+            if self.fp8_tflops is None:
+                raise CatalogError(f"hardware {self.id!r} has no FP8 tensor cores (datasheet); use dtype bf16")
             return self.fp8_tflops * 1e12
+        if dtype == "fp4":
+            if self.fp4_tflops is None:
+                raise CatalogError(f"hardware {self.id!r} has no FP4 tensor cores (datasheet); use dtype bf16 or fp8")
+            return self.fp4_tflops * 1e12
         return self.bf16_tflops * 1e12
 
     @property
@@ -166,6 +303,8 @@ def _build(cls, raw: dict, path: Path):
         raise CatalogError(f"{path.name}: unknown field(s) {sorted(unknown)}")
     raw = dict(raw)
     raw["aliases"] = tuple(raw.get("aliases") or ())
+    if "dtypes" in raw:
+        raw["dtypes"] = tuple(raw["dtypes"] or ())
     if cls is HardwareCard and raw.get("price"):
         raw["price"] = Price(**raw["price"])
     try:
@@ -187,6 +326,13 @@ def _card_from_path(kind: str, path: str):
 
 
 @lru_cache(maxsize=None)
+def _hf_card(path: str) -> ModelCard:
+    from sim.catalog.hf import card_from_hf_config
+
+    return card_from_hf_config(path)
+
+
+@lru_cache(maxsize=None)
 def _load_all(kind: str) -> dict[str, ModelCard | HardwareCard]:
     cls = ModelCard if kind == "models" else HardwareCard
     cards = {}
@@ -199,6 +345,10 @@ def _load_all(kind: str) -> dict[str, ModelCard | HardwareCard]:
 def _lookup(kind: str, key: str | ModelCard | HardwareCard):
     if not isinstance(key, str):
         return key
+    if kind == "models" and key.lower().endswith(".json"):  # a Hugging Face config.json, by path
+        if not Path(key).is_file():
+            raise CatalogError(f"model config file {key} does not exist")
+        return _hf_card(str(Path(key).resolve()))
     if key.endswith((".yaml", ".yml")):  # a user's own card, by path
         path = Path(key)
         if not path.is_file():

@@ -3,6 +3,12 @@
 A router is a function ``route(spec, loads, state) -> replica index`` where ``loads`` is a list of
 ``ReplicaLoad`` (read-only counts) and ``state`` a dict the router may keep between calls (the
 engine puts a seeded numpy Generator in ``state["rng"]``).
+
+Capabilities, declared at registration: ``reads_load=False`` says the router never reads
+``loads`` (the engine then skips counting them); a router whose choices do not depend on the
+replicas' state may also give ``turns(state, n)``: the replica indices it will pick for the next
+requests, in order, without changing ``state``. The engine's decode fast-forward needs it to know
+when a replica's next request can arrive (with more than one replica).
 """
 from __future__ import annotations
 
@@ -11,8 +17,10 @@ from dataclasses import dataclass
 ROUTERS: dict = {}
 
 
-def register(name: str):
+def register(name: str, *, reads_load: bool = True, turns=None):
     def deco(fn):
+        fn.reads_load = reads_load
+        fn.turns = turns
         ROUTERS[name] = fn
         return fn
 

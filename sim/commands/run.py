@@ -4,15 +4,20 @@ from __future__ import annotations
 from sim.commands.common import HelpFormatter, add_config_args, nonneg_int, positive_float, positive_int, shortcut_sets
 
 SHORTCUTS = [
-    ("--model", "model", str, "catalog model id, e.g. llama-3.1-70b"),
+    ("--model", "model", str, "catalog model id (e.g. llama-3.1-70b), a card .yaml or a Hugging Face config.json"),
     ("--hardware", "hardware", str, "catalog hardware id, e.g. a100-80gb"),
+    ("--dtype", "dtype", str, "weight dtype: bf16, fp16, fp8, nvfp4 (Blackwell), mxfp4 (gpt-oss)"),
     ("--tp", "parallelism.tp", positive_int, "tensor-parallel degree"),
     ("--pp", "parallelism.pp", positive_int, "pipeline stages"),
+    ("--cost-model", "cost.model", str, "auto, kerneldb, profiled or roofline"),
+    ("--framework", "cost.framework", str, "serving framework priced by the kernel database: vllm, sglang, trtllm"),
+    ("--framework-version", "cost.framework_version", str, "framework version in the kernel database (default newest)"),
     ("--replicas", "cluster.replicas", positive_int, "identical replicas"),
     ("--scheduler", "scheduler.name", str, "scheduling policy"),
     ("--rate", "workload.rate", positive_float, "arrival rate (req/s); with --trace, rescales the trace to it"),
     ("--num-requests", "workload.num_requests", positive_int, "requests to simulate (with --trace: its first N rows)"),
     ("--seed", "seed", nonneg_int, "random seed"),
+    ("--workers", "engine.workers", positive_int, "processes for replicas that share no state (round robin)"),
 ]
 
 

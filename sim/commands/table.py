@@ -19,11 +19,20 @@ def duration(v: float | None) -> str:
             return f"{x:,.{digits}f} {unit}"
 
 
+def cost_line(s: dict) -> str:
+    """The cost model and, for the kernel database, its package, framework, version and system."""
+    cm = s.get("cost_model") or {}
+    if cm.get("framework"):
+        return (f"{s['sim']['cost_model']} ({cm['source']} {cm['package_version']}: {cm['framework']} "
+                f"{cm['framework_version']} on {cm['system']})")
+    return s["sim"]["cost_model"]
+
+
 def print_summary(s: dict, cfg) -> None:
     r = s["requests"]
     print(f"\n{cfg.model} | {cfg.cluster.replicas} x {cfg.parallelism.tp * cfg.parallelism.pp} {cfg.hardware} "
           f"(tp={cfg.parallelism.tp}, pp={cfg.parallelism.pp}) | scheduler {cfg.scheduler.name} | "
-          f"cost model {s['sim']['cost_model']}")
+          f"cost model {cost_line(s)}")
     print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected, "
           f"{r['preemptions']:,} preemptions")
     print(f"{'metric':<8}" + "".join(f"{k:>{COL}}" for k in ("mean", "p50", "p90", "p99")))
@@ -43,6 +52,11 @@ def print_summary(s: dict, cfg) -> None:
     if pc.get("enabled"):
         print(f"prefix cache ({pc['eviction']}): hit rate {100 * (pc['hit_rate'] or 0):.1f}% of prompt tokens, "
               f"{pc['saved_prefill_tokens']:,} prefill tokens saved")
+    pr, kv = s.get("precision"), s.get("kv") or {}
+    if pr:
+        print(f"precision: weights {pr['weights']}, activations {pr['activations']}, KV cache {pr['kv_cache']}, "
+              f"all-reduce {pr['communication']} | KV cache {kv.get('num_gpu_blocks', 0):,} blocks per GPU "
+              f"from {kv.get('gpu_gib', 0):g} GiB")
     sim = s["sim"]
     print(f"simulated {sim['simulated_s']:,.1f} s in {sim['steps']:,} steps, wall {sim['wall_s']:.2f} s")
     if sim.get("out_of_range_queries"):

@@ -9,14 +9,18 @@ __all__ = ["CostModel", "RooflineCostModel", "RooflineParams", "make_cost_model"
 
 def make_cost_model(cfg, model, hw) -> CostModel:
     """The cost model a config asks for: ``profiled`` when a profile for (hardware, model, dtype)
-    exists (``auto``) or is demanded (``profiled``, an error if missing), else the roofline. The
+    exists (``auto``) or is demanded (``profiled``, an error if missing); else ``kerneldb`` when
+    the aiconfigurator-core database is installed and covers the GPU and dtype (``auto``) or is
+    demanded (``kerneldb``, an error naming the reason if not); else the roofline. The
     roofline's efficiency factors are the documented defaults, the user's ``cost.roofline``, or,
     when the user set none and a fitted root holds a GPU average (``servesim fit`` over several
     profiled GPUs writes ``roofline_params.json`` there), those fitted factors, so unprofiled GPUs
     improve from the profiled ones."""
     params = RooflineParams(**cfg.cost.roofline.model_dump())
-    kw = dict(tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype, kv_dtype=cfg.kv.dtype or cfg.dtype,
-              block_size=cfg.kv.block_size)
+    kw = dict(tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype, kv_dtype=cfg.kv_dtype,
+              block_size=cfg.kv.block_size, act_dtype=cfg.precision.activations, comm_dtype=cfg.comm_dtype)
+    if cfg.cost.model == "kerneldb":
+        return _kerneldb(cfg, model, hw, params, kw)
     if cfg.cost.model != "roofline":
         try:
             from sim.cost.profiled import load_profiled_cost_model
@@ -33,6 +37,9 @@ def make_cost_model(cfg, model, hw) -> CostModel:
             from sim.errors import ConfigError
 
             raise ConfigError(f"cost.model: no profile for ({hw.id}, {model.id}, {cfg.dtype}); run servesim profile + fit, or use auto")
+        cm = _kerneldb(cfg, model, hw, params, kw)
+        if cm is not None:
+            return cm
     source = "defaults"
     if cfg.cost.roofline == type(cfg.cost.roofline)():  # the user set no factor: use fitted GPU ones
         try:
@@ -48,4 +55,39 @@ def make_cost_model(cfg, model, hw) -> CostModel:
                 source = f"fitted on profiled GPUs ({path})"
     cm = RooflineCostModel(model, hw, params=params, **kw)
     cm.params_source = source
+    return cm
+
+
+def _kerneldb(cfg, model, hw, params: RooflineParams, kw: dict):
+    """The kernel-database model, or None under ``auto`` when it is not installed or does not cover
+    the request (``cost.model: kerneldb`` turns that into a one-line ConfigError). A framework
+    version the user named must exist, under ``auto`` too. The fitted engine overhead replaces the
+    roofline's CPU defaults unless the user set ``cost.roofline.cpu_*``."""
+    from sim.cost.kerneldb import load_kerneldb_cost_model
+    from sim.cost.kerneldb_data import KernelDbUnavailable, package_root
+    from sim.errors import ConfigError
+
+    c = cfg.cost
+    if package_root() is None and c.model == "auto":
+        return None
+    lacking = [what for what, has in (("MLA attention", model.is_mla), ("shared experts", model.num_shared_experts),
+                                      ("dense first layers", model.first_dense_layers)) if has]
+    if lacking:  # the database model composes a step of GQA layers with one MLP kind
+        if c.model == "kerneldb":
+            raise ConfigError(f"cost.model kerneldb: {model.id} has {', '.join(lacking)}, which the kernel-database "
+                              f"model does not price yet; use cost.model roofline or auto")
+        return None
+    try:
+        cm = load_kerneldb_cost_model(model, hw, framework=c.framework, version=c.framework_version,
+                                      params=params, **kw)
+    except KernelDbUnavailable as e:
+        if c.model == "kerneldb" or (c.framework_version is not None and "versions:" in str(e)):
+            raise ConfigError(f"cost.model kerneldb: {e}") from None
+        return None
+    user = c.roofline.model_dump()
+    default = type(c.roofline)().model_dump()
+    for k in ("cpu_step_s", "cpu_per_seq_s"):
+        if user[k] != default[k]:
+            setattr(cm, "p", type(cm.p)(**{**cm.p.as_dict(), k: user[k]}))
+            cm.overhead_source = "set by the user (cost.roofline)"
     return cm

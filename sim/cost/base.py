@@ -19,6 +19,12 @@ class CostModel(Protocol):
         to ``kv_tokens``, the longest being ``longest``."""
         ...
 
+    def decode_totals(self, num_seqs: int, kv_tokens: int, longest: int, steps: int):
+        """The ``total`` of ``decode_step`` for consecutive steps (kv_tokens grows by num_seqs,
+        longest by 1 each step), bit-identical and without side effects (a list or a numpy
+        array); None when not available: the fast-forward then prices step by step."""
+        ...
+
     def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict | None:
         """``decode_step`` for consecutive steps as arrays (keys ``total`` and each component,
         plus ``source``), bit-identical and without side effects; None when not available."""

@@ -3,9 +3,21 @@
     usable = GPU memory x gpu_memory_utilization - weights per GPU - activation peak - runtime overhead
     blocks = floor(usable / (block_size x KV bytes per token per GPU))
 
-- Weights per GPU: the model's parameters, attention and MLP sharded over ``tp``, layers over
-  ``pp``; embedding and LM head sharded over ``tp`` (vocabulary-parallel) on the first and last
-  stage; norms replicated. Bytes per parameter from the weight dtype.
+- GPU memory: the card's ``usable_memory_gib`` (what the driver reports as total, the figure vLLM
+  multiplies by ``gpu_memory_utilization``; e.g. 79.25 GiB on an A100-80GB), else the datasheet.
+- Weights per GPU: the model's parameters, attention and MLP sharded over ``tp`` (MLA's
+  down-projections replicated, as vLLM does), layers over ``pp``; embedding and LM head sharded
+  over ``tp`` (vocabulary-parallel) on the first and last stage; norms replicated. The weight
+  dtype (block scales included, see ``DTYPE_BYTES``) applies to the linear layers of attention and
+  MLP; embedding, LM head, router and norms stay in the activation dtype (vLLM's fp8 and ModelOpt
+  nvfp4 checkpoints leave them unquantised). ``mxfp4`` (gpt-oss) quantises only the routed experts,
+  as its checkpoint's ``modules_to_not_convert`` says.
+- KV bytes per token per GPU: K and V of the GPU's KV heads (GQA), or MLA's latent (``kv_lora_rank``
+  + ``qk_rope_head_dim``, one per token shared by all heads) replicated on every TP rank: every
+  rank's heads attend over the whole latent, and vLLM stores it whole on each rank (which is why
+  DeepSeek deployments add data-parallel attention). Sliding-window layers are sized like full
+  layers (a conservative simplification: vLLM's hybrid allocator frees their blocks beyond the
+  window).
 - Activation peak: vLLM measures it with a profile forward pass of ``max_num_batched_tokens``
   tokens. We estimate that pass's live set: per token the residual stream and its normed copy
   (2h), the QKV output, and the MLP's gate-up output plus activation (3 x intermediate / tp), in
@@ -47,27 +59,54 @@ class MemoryPlan:
         }
 
 
-def weights_per_gpu(model: ModelCard, tp: int, pp: int, dtype: str) -> float:
-    b = DTYPE_BYTES[dtype]
-    layer = (model.attn_params_per_layer + model.mlp_params_per_layer) / tp + 2 * model.hidden_size
-    emb = model.vocab_size * model.hidden_size / tp
+def weight_bytes(model: ModelCard, dtype: str, act_dtype: str = "bf16") -> tuple[float, float, float]:
+    """Bytes per parameter of (attention linears, dense MLP + shared experts, routed experts)."""
+    w, a = DTYPE_BYTES[dtype], DTYPE_BYTES[act_dtype]
+    if dtype == "mxfp4":  # gpt-oss: only the routed experts are mxfp4
+        return a, a, w
+    return w, w, w
+
+
+def weights_per_gpu(model: ModelCard, tp: int, pp: int, dtype: str, act_dtype: str = "bf16") -> float:
+    attn_b, dense_b, expert_b = weight_bytes(model, dtype, act_dtype)
+    a = DTYPE_BYTES[act_dtype]
+    h, L = model.hidden_size, model.num_layers
+    rep = model.attn_replicated_params_per_layer
+    attn = attn_b * ((model.attn_params_per_layer - rep) / tp + rep)
+    mlp = model.dense_layers * dense_b * model.dense_mlp_params / tp
+    if model.is_moe:
+        mlp += model.moe_layers * (expert_b * model.num_experts * model.expert_params
+                                   + dense_b * model.num_shared_experts * model.expert_params) / tp
+        mlp += model.moe_layers * a * h * model.num_experts  # router, replicated
+    layer = attn + mlp / L + a * 2 * h
+    emb = a * model.vocab_size * h / tp
     head = 0 if model.tie_word_embeddings else emb
     # the largest stage: the first holds the embedding, the last the LM head (same stage when pp = 1)
     ends = emb + head if pp == 1 else max(emb, head)
-    return b * (model.num_layers / pp * layer + ends + model.hidden_size)
+    return L / pp * layer + ends + a * h
 
 
 def kv_bytes_per_token_per_gpu(model: ModelCard, tp: int, pp: int, kv_dtype: str) -> float:
-    """K and V of one token on one GPU: its stage's layers, its share of the KV heads (replicated
-    when there are fewer KV heads than ``tp``, as in vLLM)."""
+    """KV cache of one token on one GPU: its stage's layers, its share of the KV heads (replicated
+    when there are fewer KV heads than ``tp``, as in vLLM); MLA's latent whole on every rank."""
+    if model.is_mla:
+        return (model.num_layers / pp) * model.kv_elems_per_token_per_layer * DTYPE_BYTES[kv_dtype]
     kv_heads = max(1, model.num_kv_heads // tp)
     return 2 * (model.num_layers / pp) * kv_heads * model.head_dim * DTYPE_BYTES[kv_dtype]
 
 
 def activation_peak(model: ModelCard, tp: int, dtype: str, max_num_batched_tokens: int, max_num_seqs: int) -> float:
+    """Live activations of vLLM's profile pass (``dtype``: the activation dtype)."""
     b = DTYPE_BYTES[dtype]
-    qkv = (model.num_attention_heads + 2 * model.num_kv_heads) * model.head_dim / tp
-    per_token = 2 * model.hidden_size + qkv + 3 * model.intermediate_size / tp
+    if model.is_mla:
+        qkv = model.num_attention_heads * (model.qk_nope_head_dim + model.qk_rope_head_dim) / tp \
+            + model.kv_elems_per_token_per_layer
+    else:
+        qkv = (model.num_attention_heads + 2 * model.num_kv_heads) * model.head_dim / tp
+    inter = model.intermediate_size if model.dense_layers else 0
+    if model.is_moe:  # fused MoE keeps each token's top-k (and shared) expert outputs
+        inter = max(inter, model.expert_intermediate * (model.experts_top_k + model.num_shared_experts))
+    per_token = 2 * model.hidden_size + qkv + 3 * inter / tp
     logits = max_num_seqs * (model.vocab_size / tp) * 4
     return b * per_token * max_num_batched_tokens + logits
 
@@ -99,13 +138,13 @@ class MemoryShortfall(CapacityError):
 def plan_memory(model: ModelCard, hw: HardwareCard, *, tp: int, pp: int, dtype: str, kv_dtype: str,
                 block_size: int, gpu_memory_utilization: float, max_num_batched_tokens: int,
                 max_num_seqs: int, runtime_overhead_gib: float = 1.0,
-                num_gpu_blocks: int | None = None) -> MemoryPlan:
+                num_gpu_blocks: int | None = None, act_dtype: str = "bf16") -> MemoryPlan:
     """Blocks of KV cache per GPU; raises MemoryShortfall (a CapacityError with the numbers as
-    fields) when nothing fits."""
-    gpu = hw.memory_bytes
+    fields) when nothing fits. ``dtype`` is the weight dtype, ``act_dtype`` the activation dtype."""
+    gpu = hw.usable_memory_bytes
     budget = gpu * gpu_memory_utilization
-    weights = weights_per_gpu(model, tp, pp, dtype)
-    act = activation_peak(model, tp, dtype, max_num_batched_tokens, max_num_seqs)
+    weights = weights_per_gpu(model, tp, pp, dtype, act_dtype)
+    act = activation_peak(model, tp, act_dtype, max_num_batched_tokens, max_num_seqs)
     over = runtime_overhead_gib * GIB
     kv_tok = kv_bytes_per_token_per_gpu(model, tp, pp, kv_dtype)
     block_bytes = block_size * kv_tok
@@ -124,7 +163,8 @@ def memory_for_config(cfg, model: ModelCard, hw: HardwareCard) -> MemoryPlan:
     keys to the memory plan (the engine and ``plan`` both call it)."""
     knobs = cfg.scheduler.knobs()
     return plan_memory(model, hw, tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype,
-                       kv_dtype=cfg.kv.dtype or cfg.dtype, block_size=cfg.kv.block_size,
+                       kv_dtype=cfg.kv_dtype, block_size=cfg.kv.block_size,
                        gpu_memory_utilization=cfg.kv.gpu_memory_utilization,
                        max_num_batched_tokens=knobs.max_num_batched_tokens, max_num_seqs=knobs.max_num_seqs,
-                       runtime_overhead_gib=cfg.kv.runtime_overhead_gib, num_gpu_blocks=cfg.kv.num_gpu_blocks)
+                       runtime_overhead_gib=cfg.kv.runtime_overhead_gib, num_gpu_blocks=cfg.kv.num_gpu_blocks,
+                       act_dtype=cfg.precision.activations)

@@ -250,7 +250,8 @@ def find_fitted(hardware_id: str, model_id: str, profiles_dir: str | Path | None
 
 def load_profiled_cost_model(model, hw, *, params: RooflineParams | None = None, profiles_dir=None,
                              required: bool = False, tp: int = 1, pp: int = 1, dtype: str = "bf16",
-                             kv_dtype: str | None = None, block_size: int = 16) -> ProfiledCostModel | None:
+                             kv_dtype: str | None = None, block_size: int = 16,
+                             **precision) -> ProfiledCostModel | None:
     """A ProfiledCostModel when fitted tables for (hardware, model, dtype) exist, else None.
 
     The device's fitted efficiency factors and measured overhead replace ``params`` (they describe
@@ -263,6 +264,6 @@ def load_profiled_cost_model(model, hw, *, params: RooflineParams | None = None,
     if not any(k.split(SEP)[1] == dtype for k in tables):
         return None
     cm = ProfiledCostModel(model, hw, tables, tp=tp, pp=pp, dtype=dtype, kv_dtype=kv_dtype,
-                           block_size=block_size, params=fitted_params(folder, params))
+                           block_size=block_size, params=fitted_params(folder, params), **precision)
     cm.params_source = f"fitted for this device ({folder})"
     return cm

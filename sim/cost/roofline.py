@@ -9,10 +9,28 @@ collectives, a CPU-side overhead and host-link swap transfers. The efficiency fa
 parameters (``RooflineParams``) with documented defaults; ``calibration`` fits them from
 profiled devices so unprofiled GPUs improve too.
 
+Precision: the weight dtype (``dtype``) sets the bytes of weights read and, through
+``COMPUTE_DTYPE``, the tensor-core peak a GEMM runs at (fp8 weights: W8A8 at the fp8 peak; nvfp4:
+the fp4 peak; mxfp4: weight-only, at the activation dtype's peak). Activations (GEMM inputs and
+outputs, norms, Q/O of attention) use the activation dtype, the KV cache its own dtype, and the
+all-reduce the communication dtype (default bf16: fp8 weights do not make the all-reduce 1-byte).
+Attention runs at the activation dtype's peak. Embedding, LM head and router are in the
+activation dtype (engines leave them unquantised).
+
 Formulas (b = bytes per element, T = new tokens in the step, h = hidden size):
-- GEMM ``[m, k] x [k, n]``: FLOPs 2mnk; bytes b(mk + kn + mn).
-- MoE: the uniform-router expectation of active experts (``ops.expert_tokens``); each active
-  expert runs its gate-up and down GEMMs on its share of the tokens and reads its own weights.
+- GEMM ``[m, k] x [k, n]``: FLOPs 2mnk; bytes b_act(mk + mn) + b_weight kn.
+- MoE: the uniform-router expectation of active experts (``ops.expert_tokens``); the routed
+  experts run as two grouped GEMMs (gate-up, down; one kernel each, as fused-MoE kernels do) over
+  every token's top-k assignments, reading the weights of each expert touched once. Shared experts run as a dense MLP on
+  every token; the router is a GEMM to ``num_experts`` logits; the first ``first_dense_layers``
+  layers have a dense MLP.
+- MLA (DeepSeek): GEMMs ``qkv_a``, ``q_b``, ``o`` per layer. Prefill attends in the expanded form:
+  per query-key pair and head 2 (d_qk + d_v) FLOPs, plus the up-projection (``kv_b``) of the
+  attended context, 2 (c + q) kv_lora heads (d_nope + d_v) FLOPs. Decode attends in the absorbed
+  form over the latent: per cached token and head 2 (kv_lora + d_rope) + 2 kv_lora FLOPs, reading
+  the latent once for all heads, plus the absorption of ``kv_b`` into q and the output.
+- Sliding window: ``window_layers`` layers attend over at most ``sliding_window`` keys per query
+  (prefill: the exact sum over the chunk's queries; decode: min(kv tokens, seqs x window)).
 - Attention, prefill chunk of q new tokens over c cached tokens (causal): FLOPs
   4 * q_heads * d * q * (c + (q + 1) / 2); bytes: Q and O (q tokens) plus K and V of c + q tokens.
 - Attention, decode (q = 1) over c cached tokens: FLOPs 4 * q_heads * d * (c + 1); bytes: K and V
@@ -36,8 +54,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from sim.catalog import DTYPE_BYTES, HardwareCard, ModelCard
-from sim.cost.memory import kv_bytes_per_token_per_gpu
+from sim.catalog import COMPUTE_DTYPE, DTYPE_BYTES, HardwareCard, ModelCard
+from sim.cost.memory import kv_bytes_per_token_per_gpu, weight_bytes
 from sim.cost.ops import ShardShapes, expert_tokens, shard_shapes
 from sim.types import BatchShape, StepTime
 
@@ -73,6 +91,10 @@ class RooflineParams:
         return asdict(self)
 
 
+VECTOR_STEPS = 48
+"""``decode_totals`` of at least this many steps are computed with numpy arrays."""
+
+
 class RooflineCostModel:
     """Roofline pricing of every operator; subclasses override single operators.
 
@@ -87,69 +109,142 @@ class RooflineCostModel:
 
     def __init__(self, model: ModelCard, hw: HardwareCard, *, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", kv_dtype: str | None = None, block_size: int = 16,
-                 params: RooflineParams | None = None):
+                 params: RooflineParams | None = None, act_dtype: str = "bf16", comm_dtype: str | None = None):
         if (why := model.parallelism_problem(tp, pp)) is not None:
             raise ValueError(why)
         self.model, self.hw, self.tp, self.pp = model, hw, tp, pp
-        self.dtype = dtype
-        self.kv_dtype = kv_dtype or dtype
-        self.b = DTYPE_BYTES[dtype]
+        self.dtype = dtype  # weights
+        self.act_dtype = act_dtype
+        self.kv_dtype = kv_dtype or act_dtype
+        self.comm_dtype = comm_dtype or act_dtype
+        self.b = DTYPE_BYTES[act_dtype]
         self.kvb = DTYPE_BYTES[self.kv_dtype]
+        self.cb = DTYPE_BYTES[self.comm_dtype]
         self.block_size = block_size
         self.p = params or RooflineParams()
         self.shapes: ShardShapes = shard_shapes(model, tp)
-        self.peak = hw.peak_flops(dtype)
+        attn_b, dense_b, expert_b = weight_bytes(model, dtype, act_dtype)
+        self.attn_peak = hw.peak_flops(act_dtype)  # attention and unquantised GEMMs
+        compute = COMPUTE_DTYPE[dtype] or act_dtype
+        self.peak = hw.peak_flops(compute)  # GEMMs over quantised weights
+        quant = self.peak if dtype != "mxfp4" else self.attn_peak
+        attn_peak = self.peak if dtype != "mxfp4" else self.attn_peak
+        self._gemm_w: dict[str, tuple[float, float]] = {}  # op -> (weight bytes per element, peak)
+        for op in self.shapes.gemms:
+            if op in ("lm_head", "router"):
+                self._gemm_w[op] = (self.b, self.attn_peak)
+            elif op in ("qkv", "o", "qkv_a", "q_b", "kv_b"):
+                self._gemm_w[op] = (attn_b, attn_peak)
+            elif op.startswith("expert_"):
+                self._gemm_w[op] = (expert_b, quant if dtype != "mxfp4" else self.attn_peak)
+            else:
+                self._gemm_w[op] = (dense_b, quant)
+        self.layers_window = self.shapes.window_layers
+        self.layers_full = model.num_layers - self.layers_window
         self.bw = hw.mem_bw
         self._dense_cache: dict[tuple[int, int], tuple[float, float, float, int]] = {}
         self._oor = 0
 
     # ------------------------------------------------------------------ operators
-    def _roof(self, flops: float, nbytes: float, eff: float) -> float:
-        return max(flops / (self.peak * eff), nbytes / (self.bw * self.p.mem_eff), self.p.kernel_floor_s)
+    def _roof(self, flops: float, nbytes: float, eff: float, peak: float | None = None) -> float:
+        return max(flops / ((peak or self.attn_peak) * eff), nbytes / (self.bw * self.p.mem_eff), self.p.kernel_floor_s)
 
     def gemm(self, op: str, m: int) -> float:
         n, k = self.shapes.gemms[op]
-        return self._roof(2.0 * m * n * k, self.b * (m * k + k * n + m * n), self.p.gemm_eff)
+        wb, peak = self._gemm_w[op]
+        return self._roof(2.0 * m * n * k, self.b * (m * k + m * n) + wb * k * n, self.p.gemm_eff, peak)
 
     def moe(self, tokens: int) -> float:
+        """Routed experts of one layer as two grouped GEMMs (gate-up, down), one kernel each, as
+        fused-MoE kernels run them: FLOPs of every token's top-k experts, weights read once for
+        each expert touched, activations of every (token, expert) assignment."""
         s = self.shapes
         active, per = expert_tokens(tokens, s.num_experts, s.top_k)
-        return active * (self.gemm("expert_gate_up", per) + self.gemm("expert_down", per))
+        t = 0.0
+        for op in ("expert_gate_up", "expert_down"):
+            n, k = s.gemms[op]
+            wb, peak = self._gemm_w[op]
+            m = active * per  # assignments, rounded up per expert
+            t += self._roof(2.0 * m * n * k, self.b * m * (k + n) + wb * active * k * n, self.p.gemm_eff, peak)
+        return t
 
-    def attn_prefill(self, chunks: list[tuple[int, int]]) -> float:
+    @staticmethod
+    def _attended(q: int, c: int, window: int) -> float:
+        """Query-key pairs of a causal chunk of q new tokens after c cached ones, each query
+        seeing at most ``window`` keys (0: no window)."""
+        if not window:
+            return q * (c + (q + 1) / 2.0)
+        n1 = min(max(window - c, 0), q)  # queries whose whole causal prefix fits in the window
+        return n1 * c + n1 * (n1 + 1) / 2.0 + (q - n1) * window
+
+    def attn_prefill(self, chunks: list[tuple[int, int]], window: int = 0) -> float:
         """Prefill-style attention (q > 1) for (new tokens, cached tokens) per sequence."""
+        if not chunks:
+            return 0.0
         s = self.shapes
         flops = nbytes = 0.0
-        kv_tok = 2 * s.kv_heads * s.head_dim * self.kvb
-        q_tok = 2 * s.q_heads * s.head_dim * self.b  # read Q, write O
+        kv_tok = s.kv_elems * self.kvb
+        if s.mla:
+            dqk, dv = s.head_dim, s.v_dim
+            up_n, up_k = s.gemms["kv_b"]
+        else:
+            dqk = dv = s.head_dim
+        q_tok = s.q_heads * (dqk + dv) * self.b  # read Q, write O
+        pair = 2.0 * s.q_heads * (dqk + dv)
         for q, c in chunks:
-            flops += 4.0 * s.q_heads * s.head_dim * q * (c + (q + 1) / 2.0)
-            nbytes += q * q_tok + (c + q) * kv_tok
-        return self._roof(flops, nbytes, self.p.attn_eff) if chunks else 0.0
+            keys = c + q if not window else min(c, window) + q
+            flops += pair * self._attended(q, c, window)
+            nbytes += q * q_tok + keys * kv_tok
+            if s.mla:  # up-project the attended latents to per-head K-nope and V
+                flops += 2.0 * keys * up_n * up_k
+                nbytes += keys * up_n * self.b
+        if s.mla:
+            nbytes += up_n * up_k * self._gemm_w["kv_b"][0]
+        return self._roof(flops, nbytes, self.p.attn_eff)
+
+    def attn_prefill_window(self, chunks: list[tuple[int, int]]) -> float:
+        """Prefill attention of one sliding-window layer (priced by the roofline)."""
+        return RooflineCostModel.attn_prefill(self, chunks, self.shapes.window)
+
+    def _decode_terms(self, n, kv):
+        """(FLOPs, bytes) of one layer's decode attention for ``n`` sequences over ``kv`` cached
+        tokens in total; ``kv`` may be a numpy array (the same floating-point operations either way)."""
+        s = self.shapes
+        if s.mla:  # absorbed form over the shared latent
+            up_n, up_k = s.gemms["kv_b"]
+            flops = 2.0 * s.q_heads * (2 * s.kv_lora + s.rope_dim) * kv + 2.0 * n * up_n * up_k
+            nbytes = kv * s.kv_elems * self.kvb + n * s.q_heads * (s.head_dim + s.v_dim) * self.b \
+                + up_n * up_k * self._gemm_w["kv_b"][0]
+        else:
+            flops = 4.0 * s.q_heads * s.head_dim * kv
+            nbytes = kv * 2 * s.kv_heads * s.head_dim * self.kvb + n * 2 * s.q_heads * s.head_dim * self.b
+        return flops, nbytes
+
+    def _decode_roof_series(self, n, kv):
+        """``_roof`` of ``_decode_terms`` over an array of kv totals (bit-identical to scalars)."""
+        flops, nbytes = self._decode_terms(n, kv)
+        return np.maximum(np.maximum(flops / (self.attn_peak * self.p.attn_eff), nbytes / (self.bw * self.p.mem_eff)),
+                          self.p.kernel_floor_s)
 
     def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
         """Decode attention (q = 1) over ``kv_tokens`` cached tokens in total (incl. the new ones);
         ``longest`` (the longest sequence) is unused by the roofline, used by profiled tables."""
         if not num_seqs:
             return 0.0
-        s = self.shapes
-        flops = 4.0 * s.q_heads * s.head_dim * kv_tokens
-        nbytes = kv_tokens * 2 * s.kv_heads * s.head_dim * self.kvb + num_seqs * 2 * s.q_heads * s.head_dim * self.b
-        return self._roof(flops, nbytes, self.p.attn_eff)
+        return self._roof(*self._decode_terms(num_seqs, kv_tokens), self.p.attn_eff)
 
     def elementwise(self, op: str, tokens: int) -> float:
         s, b = self.shapes, self.b
         if op == "rmsnorm":
             nbytes = 2 * tokens * s.hidden * b
         elif op == "silu_mul":
-            inter = self.shapes.gemms["down" if "down" in s.gemms else "expert_down"][1]
-            nbytes = 3 * tokens * inter * b
+            nbytes = 3 * tokens * s.mlp_inter * b
         elif op == "rotary":
             nbytes = 2 * tokens * (s.q_heads + s.kv_heads) * s.head_dim * b
         elif op == "embedding":
             nbytes = 2 * tokens * s.hidden * b
         elif op == "kv_write":
-            nbytes = 2 * tokens * 2 * s.kv_heads * s.head_dim * self.kvb
+            nbytes = 2 * tokens * s.kv_elems * self.kvb
         else:
             raise KeyError(op)
         return self._roof(0.0, nbytes, 1.0)
@@ -177,18 +272,25 @@ class RooflineCostModel:
             return hit
         oor0 = self._oor
         s, L = self.shapes, self.model.num_layers
-        if s.num_experts:
-            mlp = self.moe(tokens)
-        else:
-            mlp = self.gemm("gate_up", tokens) + self.gemm("down", tokens)
-        gemm = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp) + self.gemm("lm_head", num_seqs)
+        attn = 0.0
+        for op in s.attn_gemms:
+            attn += self.gemm(op, tokens)
+        gemm = L * attn
+        if s.dense_layers:
+            gemm += s.dense_layers * (self.gemm("gate_up", tokens) + self.gemm("down", tokens))
+        if s.moe_layers:
+            moe = self.moe(tokens) + self.gemm("router", tokens)
+            if s.shared_experts:
+                moe += self.gemm("shared_gate_up", tokens) + self.gemm("shared_down", tokens)
+            gemm += s.moe_layers * moe
+        gemm += self.gemm("lm_head", num_seqs)
         other = L * (2 * self.elementwise("rmsnorm", tokens) + self.elementwise("silu_mul", tokens)
                      + self.elementwise("rotary", tokens) + self.elementwise("kv_write", tokens))
         other += self.elementwise("embedding", tokens) + self.elementwise("rmsnorm", num_seqs) + self.sampling(num_seqs)
-        comm = L * 2 * self.collective("all_reduce", tokens * s.hidden * self.b, self.tp)
+        comm = L * 2 * self.collective("all_reduce", tokens * s.hidden * self.cb, self.tp)
         comm += self.collective("all_gather", num_seqs * s.vocab * 4, self.tp)
         if self.pp > 1:
-            comm += (self.pp - 1) * (tokens * s.hidden * self.b / self.hw.link_bw + self.p.allreduce_latency_s)
+            comm += (self.pp - 1) * (tokens * s.hidden * self.cb / self.hw.link_bw + self.p.allreduce_latency_s)
         out = (gemm, other, comm, self._oor - oor0)
         self._dense_cache[key] = out
         return out
@@ -215,21 +317,52 @@ class RooflineCostModel:
         without building it (the engine's decode fast-forward prices many such steps)."""
         return self._price(num_seqs, num_seqs, (), num_seqs, kv_tokens, longest, 0)
 
-    def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict | None:
-        """``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by num_seqs, longest
-        by 1 each step) as arrays, with the same floating-point operations, so the values are
-        identical; None for subclasses that price decode attention otherwise. No side effects
-        (the roofline has no calibrated range to leave)."""
-        if type(self).attn_decode is not RooflineCostModel.attn_decode or type(self)._dense_part is not RooflineCostModel._dense_part:
+    def _plain_decode(self) -> bool:
+        """True when decode steps are priced by this class's own roofline (subclasses that
+        price decode attention or the dense part otherwise get no vectorised series)."""
+        return (type(self).attn_decode is RooflineCostModel.attn_decode
+                and type(self)._dense_part is RooflineCostModel._dense_part)
+
+    def decode_totals(self, num_seqs: int, kv_tokens: int, longest: int, steps: int):
+        """The ``total`` of ``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by
+        num_seqs, longest by 1 each step), with the same floating-point operations, so the
+        values are identical: a list for short runs, a numpy array for long ones; None for
+        subclasses that price decode attention otherwise. No side effects."""
+        if not self._plain_decode():
             return None
-        n, s = num_seqs, self.shapes
+        n, p = num_seqs, self.p
         gemm, other, comm, _ = self._dense_part(n, n)
+        cpu = p.cpu_step_s + p.cpu_per_seq_s * n
+        if steps >= VECTOR_STEPS:
+            return gemm + 0.0 + self._decode_attn_series(n, kv_tokens, steps) + comm + other + cpu + 0.0
+        # the operations of _price for a decode-only step, one step at a time
+        full, win, W = self.layers_full, self.layers_window, self.shapes.window
+        attn, out = self.attn_decode, []
+        for j in range(steps):
+            kv = kv_tokens + j * n
+            ad = full * attn(n, kv, longest + j)
+            if win:
+                ad = ad + win * attn(n, min(kv, n * W), min(longest + j, W))
+            out.append(gemm + 0.0 + ad + comm + other + cpu + 0.0)
+        return out
+
+    def _decode_attn_series(self, n: int, kv_tokens: int, steps: int) -> np.ndarray:
+        """Decode attention of all layers for ``steps`` consecutive steps (bit-identical to ``_price``)."""
         kv = kv_tokens + n * np.arange(steps, dtype=np.int64)
-        flops = 4.0 * s.q_heads * s.head_dim * kv
-        nbytes = kv * 2 * s.kv_heads * s.head_dim * self.kvb + n * 2 * s.q_heads * s.head_dim * self.b
-        att = np.maximum(np.maximum(flops / (self.peak * self.p.attn_eff), nbytes / (self.bw * self.p.mem_eff)),
-                         self.p.kernel_floor_s)
-        ad = self.model.num_layers * att
+        ad = self.layers_full * self._decode_roof_series(n, kv)
+        if self.layers_window:
+            ad = ad + self.layers_window * self._decode_roof_series(n, np.minimum(kv, n * self.shapes.window))
+        return ad
+
+    def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict | None:
+        """``decode_step`` for ``steps`` consecutive steps as arrays (``total`` and each
+        component), identical values; None where ``decode_totals`` is None. No side effects
+        (the roofline has no calibrated range to leave)."""
+        if not self._plain_decode():
+            return None
+        n = num_seqs
+        gemm, other, comm, _ = self._dense_part(n, n)
+        ad = self._decode_attn_series(n, kv_tokens, steps)
         cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n
         total = gemm + 0.0 + ad + comm + other + cpu + 0.0
         full = lambda v: np.full(steps, v)  # noqa: E731
@@ -238,9 +371,15 @@ class RooflineCostModel:
 
     def _price(self, tokens: int, n: int, chunks, dec_n: int, dec_kv: int, dec_max: int, swapped: int) -> StepTime:
         gemm, other, comm, oor = self._dense_part(tokens, n) if n else (0.0, 0.0, 0.0, 0)
-        layers = self.model.num_layers  # attention runs in every layer of every stage
-        ap = layers * self.attn_prefill(chunks) if chunks else 0.0
-        ad = layers * self.attn_decode(dec_n, dec_kv, dec_max) if dec_n else 0.0
+        # attention runs in every layer of every stage; sliding-window layers see at most W keys
+        full, win, W = self.layers_full, self.layers_window, self.shapes.window
+        ap = full * self.attn_prefill(chunks) if chunks else 0.0
+        ad = full * self.attn_decode(dec_n, dec_kv, dec_max) if dec_n else 0.0
+        if win:
+            if chunks:
+                ap += win * self.attn_prefill_window(chunks)
+            if dec_n:
+                ad = ad + win * self.attn_decode(dec_n, min(dec_kv, dec_n * W), min(dec_max, W))
         self._oor += oor
         cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n if n else 0.0
         swap = 0.0

@@ -12,33 +12,54 @@ recompute when ``can_swap_out`` says the host space is full. Prefix caching is t
 """
 from __future__ import annotations
 
-from collections import deque
-
 
 class BlockPool:
-    """Fixed-size blocks ``0 .. num_blocks-1``; freed blocks go to the back of the free list."""
+    """Fixed-size blocks ``0 .. num_blocks-1``; freed blocks go to the back of the free list.
+
+    The free list is a FIFO queue kept as a Python list and a head index, so taking a prompt's
+    blocks is one slice, not one pop per block."""
 
     def __init__(self, num_blocks: int):
         if num_blocks <= 0:
             raise ValueError("a block pool needs at least one block")
         self.num_blocks = num_blocks
-        self._free: deque[int] = deque(range(num_blocks))
+        self._free: list[int] = list(range(num_blocks))
+        self._head = 0  # _free[_head:] are the free blocks, oldest first
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._free) - self._head
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - len(self._free) + self._head
 
     def take(self, n: int) -> list[int]:
-        if n > len(self._free):
-            raise RuntimeError(f"asked for {n} blocks with {len(self._free)} free")
-        return [self._free.popleft() for _ in range(n)]
+        h = self._head
+        if n > len(self._free) - h:
+            raise RuntimeError(f"asked for {n} blocks with {len(self._free) - h} free")
+        out = self._free[h:h + n]
+        self._head = h + n
+        return out
+
+    def take_one(self) -> int | None:
+        """The next free block, or None when none is free."""
+        h = self._head
+        if h == len(self._free):
+            return None
+        self._head = h + 1
+        return self._free[h]
+
+    def free_blocks(self) -> list[int]:
+        """The free blocks, in the order they will be handed out."""
+        return self._free[self._head:]
 
     def give(self, blocks: list[int]) -> None:
-        self._free.extend(blocks)
+        free = self._free
+        if self._head > 4096 and 2 * self._head > len(free):  # drop the taken prefix now and then
+            del free[:self._head]
+            self._head = 0
+        free.extend(blocks)
 
 
 class KVManager:
@@ -46,7 +67,13 @@ class KVManager:
 
     ``watermark`` (a fraction of the pool, vLLM's default 0.01) is kept free when admitting new
     requests so running ones can still grow.
+
+    ``static_refusal`` is a capability the schedulers' ``steady`` reads: True when an allocation
+    this manager refuses has no side effects and stays refused while free blocks only shrink
+    (so a waiting request refused once need not be asked again during a run of decode steps).
     """
+
+    static_refusal = True
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, swap_blocks: int = 0):
         self.pool = self._make_pool(num_blocks)
@@ -98,6 +125,15 @@ class KVManager:
         if not self.can_allocate(n, admit=admit):
             return False
         self.tables.setdefault(req_id, []).extend(self.pool.take(n))
+        return True
+
+    def grow_one(self, req_id: int, total_tokens: int) -> bool:
+        """``allocate(req_id, total_tokens)`` when that needs exactly one more block (a decode
+        step crossing a block boundary; the fast-forward's hot path)."""
+        b = self.pool.take_one()
+        if b is None:
+            return False
+        self.tables[req_id].append(b)
         return True
 
     def free(self, req_id: int) -> int:

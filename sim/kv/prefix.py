@@ -20,6 +20,7 @@ re-registered.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from dataclasses import dataclass
 
 from sim.kv.blocks import BlockPool, KVManager
@@ -75,6 +76,7 @@ class CachedBlockPool(BlockPool):
 
     def __init__(self, num_blocks: int, eviction: str = "lru"):
         super().__init__(num_blocks)
+        self._free = deque(range(num_blocks))  # free blocks without a hash, oldest first
         self.key = EVICTION[eviction]
         self.ref = [0] * num_blocks
         self.meta = [BlockMeta() for _ in range(num_blocks)]
@@ -158,6 +160,11 @@ class CachedBlockPool(BlockPool):
 
 class PrefixKVManager(KVManager):
     """``KVManager`` with prefix caching over a ``CachedBlockPool``."""
+
+    static_refusal = False  # an admission attempt looks the prefix up, which touches the cache
+
+    def grow_one(self, req_id: int, total_tokens: int) -> bool:
+        return self.allocate(req_id, total_tokens)  # may evict and registers full blocks
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, swap_blocks: int = 0,
                  eviction: str = "lru"):

@@ -4,7 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from sim.metrics.requestlog import STATUS
 from sim.types import COMPONENTS
+
+STATUS_VALUES = np.array([s.value for s in STATUS], dtype=object)
 
 REQUEST_COLUMNS = [
     "request_id", "replica", "status", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s",
@@ -13,46 +16,92 @@ REQUEST_COLUMNS = [
 ]
 
 
-def _f(x):
-    return np.nan if x is None else x
-
-
 def requests_frame(out) -> pd.DataFrame:
-    """One row per arrived request (completed or rejected), in arrival order."""
-    rs = out.requests
-    arrival = np.fromiter((r.spec.arrival_s for r in rs), float, len(rs))
-    first = np.fromiter((_f(r.first_token_s) for r in rs), float, len(rs))
-    finish = np.fromiter((_f(r.finish_s) for r in rs), float, len(rs))
-    sched = np.fromiter((_f(r.first_scheduled_s) for r in rs), float, len(rs))
-    gen = np.fromiter((r.num_generated for r in rs), np.int64, len(rs))
+    """One row per arrived request (completed, rejected or unfinished), in arrival order."""
+    return frame_of(out.requests.columns())
+
+
+def frame_of(c: dict) -> pd.DataFrame:
+    """The requests table of ``RequestLog.columns()``, with the derived latencies."""
+    arrival, first, finish, sched = c["arrival_s"], c["first_token_s"], c["finish_s"], c["first_scheduled_s"]
+    gen = c["generated_tokens"]
     ttft = first - arrival
     e2e = finish - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(gen >= 2, (e2e - ttft) / (gen - 1), np.nan)
     return pd.DataFrame({
-        "request_id": np.fromiter((r.id for r in rs), np.int64, len(rs)),
-        "replica": np.fromiter((r.replica for r in rs), np.int32, len(rs)),
-        "status": [r.status.value for r in rs],
+        "request_id": c["request_id"],
+        "replica": c["replica"],
+        "status": STATUS_VALUES[c["status"]],
         "arrival_s": arrival,
         "first_scheduled_s": sched,
         "first_token_s": first,
         "finish_s": finish,
-        "prompt_tokens": np.fromiter((r.spec.prompt_tokens for r in rs), np.int64, len(rs)),
-        "output_tokens": np.fromiter((r.spec.output_tokens for r in rs), np.int64, len(rs)),
+        "prompt_tokens": c["prompt_tokens"],
+        "output_tokens": c["output_tokens"],
         "generated_tokens": gen,
         "ttft_s": ttft,
         "tpot_s": tpot,
         "e2e_s": e2e,
         "queue_s": sched - arrival,
-        "max_itl_s": np.fromiter((r.max_itl_s for r in rs), float, len(rs)),
-        "preemptions": np.fromiter((r.preemptions for r in rs), np.int32, len(rs)),
-        "cached_tokens": np.fromiter((r.cached_tokens for r in rs), np.int64, len(rs)),
-        "priority": np.fromiter((r.spec.priority for r in rs), np.int32, len(rs)),
-        "slo_class": [r.spec.slo_class for r in rs],
-        "tenant": [r.spec.tenant for r in rs],
-        "session_id": [r.spec.session_id for r in rs],
-        "reject_reason": [r.reject_reason for r in rs],
+        "max_itl_s": c["max_itl_s"],
+        "preemptions": c["preemptions"],
+        "cached_tokens": c["cached_tokens"],
+        "priority": c["priority"],
+        "slo_class": c["slo_class"],
+        "tenant": c["tenant"],
+        "session_id": c["session_id"],
+        "reject_reason": c["reject_reason"],
     }, columns=REQUEST_COLUMNS)
+
+
+def _schema():
+    import pyarrow as pa
+
+    types = {"request_id": pa.int64(), "replica": pa.int32(), "preemptions": pa.int32(), "priority": pa.int32()}
+    for c in ("prompt_tokens", "output_tokens", "generated_tokens", "cached_tokens"):
+        types[c] = pa.int64()
+    for c in ("status", "slo_class", "tenant", "session_id", "reject_reason"):
+        types[c] = pa.string()
+    return pa.schema([(c, types.get(c, pa.float64())) for c in REQUEST_COLUMNS])
+
+
+class ParquetSink:
+    """Writes chunks of request rows to one Parquet file as they come (``output.stream``)."""
+
+    def __init__(self, path):
+        self.path, self.writer, self.rows = path, None, 0
+        self.schema = _schema()
+
+    def __call__(self, columns: dict) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(frame_of(columns), schema=self.schema, preserve_index=False)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, self.schema)
+        self.writer.write_table(table)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        if self.writer is None:  # no request at all: an empty file with the schema
+            import pyarrow.parquet as pq
+
+            self.writer = pq.ParquetWriter(self.path, self.schema)
+        self.writer.close()
+
+
+SUMMARY_COLUMNS = ["status", "arrival_s", "prompt_tokens", "generated_tokens", "ttft_s", "tpot_s", "e2e_s",
+                   "queue_s", "preemptions", "cached_tokens", "slo_class", "tenant", "reject_reason"]
+
+
+def read_streamed(path) -> pd.DataFrame:
+    """The columns the summary reads, back from a streamed ``requests.parquet`` (strings as
+    categoricals, so ten million rows take about 60 bytes each)."""
+    import pyarrow.parquet as pq
+
+    strings = ["status", "slo_class", "tenant", "reject_reason"]
+    return pq.read_table(path, columns=SUMMARY_COLUMNS, read_dictionary=strings).to_pandas()
 
 
 def steps_frame(out) -> pd.DataFrame:

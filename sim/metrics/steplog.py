@@ -10,6 +10,98 @@ from dataclasses import dataclass, field
 from sim.types import COMPONENTS
 
 
+class ItlLog:
+    """The inter-token latencies, stored weighted: distinct gaps (s) in ``values`` with the
+    number of tokens that had each in ``counts`` (the tokens of a step whose previous token came
+    at the step's start share one gap)."""
+
+    __slots__ = ("values", "counts")
+
+    def __init__(self):
+        self.values = array("d")
+        self.counts = array("q")
+
+    def add(self, gap: float, tokens: int) -> None:
+        self.values.append(gap)
+        self.counts.append(tokens)
+
+    def extend(self, gaps: list[float], tokens: int) -> None:
+        """One entry of ``tokens`` tokens per gap."""
+        self.values.extend(gaps)
+        self.counts.extend([tokens] * len(gaps))
+
+
+class ItlSketch:
+    """The ITL distribution in bounded memory (``output.stream``): gaps are buffered, then folded
+    into log-spaced buckets of relative width ``alpha`` (a mergeable histogram, as in
+    DDSketch, Masson et al., VLDB 2019). A quantile is the geometric middle of its bucket,
+    within ``alpha / 2`` relative error of the exact value (gaps below 1 ns share one bucket);
+    count, max and min are exact, the mean up to float rounding."""
+
+    FLOOR = 1e-9
+
+    def __init__(self, alpha: float = 0.001, buffer: int = 1 << 20):
+        import numpy as np
+
+        self.alpha, self.buffer = alpha, buffer
+        self.values, self.counts = array("d"), array("q")
+        self.log_base = float(np.log1p(alpha))
+        self.hist: dict[int, int] = {}
+        self.n, self.total, self.max, self.min = 0, 0.0, float("-inf"), float("inf")
+
+    def add(self, gap: float, tokens: int) -> None:
+        self.values.append(gap)
+        self.counts.append(tokens)
+        if len(self.values) >= self.buffer:
+            self.fold()
+
+    def extend(self, gaps: list[float], tokens: int) -> None:
+        self.values.extend(gaps)
+        self.counts.extend([tokens] * len(gaps))
+        if len(self.values) >= self.buffer:
+            self.fold()
+
+    def fold(self) -> None:
+        import numpy as np
+
+        if not len(self.values):
+            return
+        v = np.frombuffer(self.values, float)
+        c = np.frombuffer(self.counts, np.int64)
+        self.n += int(c.sum())
+        self.total += float(np.dot(v, c))
+        self.max, self.min = max(self.max, float(v.max())), min(self.min, float(v.min()))
+        keys = np.floor(np.log(np.maximum(v, self.FLOOR)) / self.log_base).astype(np.int64)
+        uk, inv = np.unique(keys, return_inverse=True)
+        for k, cnt in zip(uk.tolist(), np.bincount(inv, weights=c).tolist()):
+            self.hist[k] = self.hist.get(k, 0) + int(cnt)
+        self.values, self.counts = array("d"), array("q")
+
+    def dist(self) -> dict:
+        """mean, p50, p90, p99, max as ``summary.weighted_dist`` gives them (percentiles
+        interpolated linearly between order statistics), each order statistic from its bucket."""
+        import numpy as np
+
+        self.fold()
+        if not self.n:
+            return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+        keys = np.array(sorted(self.hist), dtype=np.int64)
+        cum = np.cumsum([self.hist[k] for k in keys.tolist()])
+        mid = np.clip(np.exp((keys + 0.5) * self.log_base), self.min, self.max)
+
+        def at(i: int) -> float:
+            return float(mid[np.searchsorted(cum, i, side="right")])
+
+        out = {"mean": self.total / self.n}
+        for p in (50, 90, 99):
+            h = (self.n - 1) * p / 100.0
+            lo = int(np.floor(h))
+            a, b = at(lo), at(min(lo + 1, self.n - 1))
+            out[f"p{p}"] = a + (h - lo) * (b - a)
+        out["max"] = self.max
+        return out
+
+
 @dataclass
 class StepLog:
     """Columnar per-step records (one entry per engine step)."""

@@ -131,7 +131,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
         },
         "ttft_s": dist(done["ttft_s"]),
         "tpot_s": dist(done["tpot_s"]),
-        "itl_s": weighted_dist(out.itl_values, out.itl_counts),
+        "itl_s": out.itl.dist() if hasattr(out.itl, "dist") else weighted_dist(out.itl.values, out.itl.counts),
         "e2e_s": dist(done["e2e_s"]),
         "queue_s": dist(done["queue_s"]),
         "throughput": {
@@ -151,9 +151,12 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "usd": usd,
             "usd_per_million_output_tokens": (usd / out_tok * 1e6) if (usd is not None and out_tok) else None,
         },
-        "kv": {**out.memory, "peak_blocks_used": int(log.peak_kv_blocks)},
+        "kv": {**out.memory, "peak_blocks_used": int(log.peak_kv_blocks), "gpu_memory_source": memory_source(cfg)},
+        "precision": {"weights": cfg.dtype, "activations": cfg.precision.activations, "kv_cache": cfg.kv_dtype,
+                      "communication": cfg.comm_dtype},
         "prefix_cache": prefix_cache(cfg, req),
         "workload": out.workload_info,
+        "cost_model": cost_model_block(out),
         "sim": {
             "wall_s": wall_s,
             "steps": int(log.count),
@@ -167,6 +170,24 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
             "out_of_range_queries": int(out.out_of_range),
         },
     }
+
+
+def cost_model_block(out) -> dict:
+    """What priced the run: the kernel database's own description (package and framework versions,
+    system, kernels, engine overhead), or the analytic/profiled source and its parameters' origin."""
+    info = getattr(out, "cost_info", None)
+    if info:
+        return dict(info)
+    names = {"roofline": "roofline (analytic)", "profiled": "profiled tables"}
+    return {"source": names.get(out.cost_source, out.cost_source), "params_source": out.cost_params.get("source")}
+
+
+def memory_source(cfg) -> str:
+    """Where the GPU memory the KV capacity starts from comes from."""
+    hw = get_hardware(cfg.hardware)
+    if hw.usable_memory_gib is None:
+        return f"datasheet ({hw.memory_gib:g} GiB)"
+    return f"driver-reported total ({hw.usable_memory_gib:g} GiB of {hw.memory_gib:g} GiB datasheet): {hw.usable_memory_source}"
 
 
 def prefix_cache(cfg, req: pd.DataFrame) -> dict:

@@ -212,8 +212,9 @@ class BudgetScheduler(Scheduler):
         # schedule_running gives each running request its next token in running order again.
         # A waiting head that was refused stays refused while the batch only decodes: the token
         # budget left is the same and free blocks only shrink (a plain KV manager's refused
-        # allocation has no side effects) - unless the queue order or the test moves with time.
-        return not self.waiting or (self.queue_static and type(self.kv) is KVManager)
+        # allocation has no side effects: ``static_refusal``) - unless the queue order or the
+        # test moves with time.
+        return not self.waiting or (self.queue_static and self.kv.static_refusal)
 
     def requeue(self, victim: Request) -> None:
         if self.queue_key is None:

@@ -15,7 +15,6 @@ with a reason. A preempted request whose recompute exceeds the token budget is a
 """
 from __future__ import annotations
 
-from sim.kv.blocks import KVManager
 from sim.scheduler.base import Scheduler, register
 from sim.types import StepPlan
 
@@ -33,7 +32,7 @@ class VLLMScheduler(Scheduler):
         # decodes, free blocks only shrink and the running count stays, so none can be admitted
         # later either. (With a prefix cache, admission attempts touch the cache: require an
         # empty queue there.)
-        return type(self.kv) is KVManager or not self.waiting
+        return self.kv.static_refusal or not self.waiting
 
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()

@@ -31,8 +31,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from sim.catalog import get_hardware, get_model
-from sim.config import load_config
+from sim.catalog import CatalogError, get_hardware, get_model
+from pydantic import ValidationError
+
+from sim.config import SchedulerSection, _format_error, load_config
 from sim.cost.memory import MemoryShortfall, memory_for_config
 from sim.errors import ConfigError, ServesimError
 from sim.metrics.summary import price_of
@@ -90,6 +92,11 @@ def fits(cfg: dict) -> str | None:
     return None
 
 
+def _gpu_price(base: dict, hardware: str) -> tuple[float | None, str]:
+    """A GPU's price under ``base``; a GPU skipped for lacking the weight dtype still has one."""
+    return price_of(load_config(set_key(set_key(base, "hardware", hardware), "dtype", "bf16")))
+
+
 def _fleet(cfg: dict, rate: float, replicas: int, s: SearchSettings, seed: int) -> dict:
     """The fleet at the target rate, sized like a capacity probe (enough requests for a p99)."""
     return set_key(set_key(sized(cfg, rate, s), "cluster.replicas", replicas), "seed", seed)
@@ -145,8 +152,7 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
     meta = {
         "kind": "plan", "model": model, "rate": rate, "slo": {"ttft_p99_s": settings.ttft_p99_s, "tpot_p99_s": settings.tpot_p99_s},
         "settings": asdict(settings), "gpus": gpus, "tps": tps, "schedulers": [s[0] + "".join(f"+{a}={b}" for a, b in s[1]) for s in schedulers],
-        "prices": {g: dict(zip(("usd_per_gpu_hour", "source"), price_of(load_config(set_key(base, "hardware", g)))))
-                   for g in gpus},
+        "prices": {g: dict(zip(("usd_per_gpu_hour", "source"), _gpu_price(base, g))) for g in gpus},
         "candidates": len(cands), "skipped": len(skipped), "runs": run.totals(),
         "wall_s": time.perf_counter() - t0, "chosen": _jsonable(chosen),
         "chosen_keys": list(run_keys.iloc[0]) if chosen is not None else [], "backend": backend, "workers": workers,
@@ -171,13 +177,17 @@ def check_choices(base: dict, gpus: list[str], tps: list[int], schedulers: list[
     error, not a table of skipped candidates. (A tp that does not suit the model is a skip.)"""
     if not gpus or not tps or not schedulers:
         raise ConfigError("plan needs at least one GPU (--gpus), one tp (--tp) and one scheduler (--schedulers)")
-    for g in gpus:
-        load_config(set_key(base, "hardware", g))
-    for name, knobs in schedulers:
+    for g in gpus:  # the id only: a GPU without the weight dtype is a skipped candidate
         try:
-            load_config(set_key(base, "scheduler", {"name": name, **dict(knobs)}))
-        except ConfigError as e:
-            raise ConfigError(f"--schedulers {name}: {e}") from None
+            get_hardware(g)
+        except CatalogError as e:
+            raise ConfigError(f"--gpus: {e}") from None
+    for name, knobs in schedulers:
+        try:  # the scheduler section alone (its name and knobs), whatever the GPU
+            SchedulerSection(name=name, **dict(knobs))
+        except ValidationError as e:
+            raise ConfigError(f"--schedulers {name}: " + _format_error(e, {"scheduler": {"name": name}})
+                              .removeprefix("invalid config: ").replace("unknown config key ", "unknown knob ")) from None
     bad = [t for t in tps if not isinstance(t, int) or not 1 <= t <= 64]
     if bad:
         raise ConfigError(f"--tp: {bad} are not tensor-parallel degrees (integers 1..64)")
@@ -246,7 +256,7 @@ def _fleet_metrics(v: dict) -> dict:
 def candidate_row(c: Candidate, base: dict, rate: float, settings: SearchSettings, skipped: str | None,
                   cap: Capacity | None, v: dict | None) -> dict:
     """One row of the plan table: price, capacity, verified fleet, cost and status."""
-    price, source = price_of(load_config(set_key(base, "hardware", c.hardware) if skipped else c.apply(base)))
+    price, source = _gpu_price(base, c.hardware) if skipped else price_of(load_config(c.apply(base)))
     row = {"candidate": c.label, "hardware": c.hardware, "tp": c.tp, "scheduler": c.scheduler,
            "knobs": ",".join(f"{a}={b}" for a, b in c.knobs), "usd_per_gpu_hour": price, "price_source": source}
     if skipped:

@@ -172,12 +172,16 @@ class ClosedLoopConfig(_Strict):
 
     Think times are exponential with mean ``think_time_s`` (``think: fixed`` makes them
     constant); every client also thinks once before its first request so they do not all
-    start at t = 0. Lengths come from the workload's ``prompt`` and ``output``.
+    start at t = 0, and ``ramp_up_s`` staggers the first requests evenly (for zero think
+    time). Lengths come from the workload's ``prompt`` and ``output``.
     """
 
     clients: int = Field(ge=1, le=1_000_000, description="concurrent users")
     think_time_s: float = Field(default=1.0, ge=0, description="mean pause between a response and the next request")
     think: Literal["exponential", "fixed"] = "exponential"
+    ramp_up_s: float = Field(default=0.0, ge=0, description=(
+        "client i (0-based) sends its first request i * ramp_up_s / clients after the start, as a "
+        "benchmark's ramp-up does, so that with no think time the clients do not run in lock-step"))
 
 
 class WorkloadConfig(_Strict):

@@ -1,0 +1,134 @@
+"""``servesim validate-silicon``: replay aiconfigurator-core's measured serving runs
+(``silicon_sample.csv``) as closed-loop benchmarks and report the error of the predicted TTFT and
+TPOT by system, backend and concurrency (``sim.compare.silicon``; docs/kernel_database.md)."""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+COST_MODELS = {"roofline": ["roofline"], "kerneldb": ["kerneldb"], "both": ["roofline", "kerneldb"]}
+
+
+def _csv_list(s: str) -> list[str]:
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate-silicon", help="score predictions against measured serving runs (kernel database extra)",
+                       description="Replay the aggregated rows of aiconfigurator-core's silicon_sample.csv as closed-loop "
+                                   "benchmarks (N clients, fixed ISL/OSL, no think time, staggered start) and print the "
+                                   "median and p90 absolute percentage error of TTFT and TPOT.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--models", type=_csv_list, help="comma-separated catalog ids or Hugging Face repos (default: all)")
+    p.add_argument("--systems", type=_csv_list, help="comma-separated systems (h200_sxm or h200-sxm; default: all)")
+    p.add_argument("--backends", type=_csv_list, help="comma-separated backends: vllm, sglang, trtllm (default: all)")
+    p.add_argument("--mode", choices=["agg"], default="agg", help="aggregated serving rows only")
+    p.add_argument("--limit", type=int, help="replay the first N selected rows")
+    p.add_argument("--cost-model", choices=sorted(COST_MODELS), default="both", help="which cost model(s) to score")
+    p.add_argument("--rounds", type=int, default=3, help="requests per client (3: ramp-up, scored, drain)")
+    p.add_argument("--ramp", choices=["none", "request"], default="none",
+                   help="client start: staggered over one predicted request duration, or all at t=0")
+    p.add_argument("--sample", type=int, help="replay a random sample of N selected rows (seeded, reproducible)")
+    p.add_argument("--workers", type=int, default=1, help="parallel processes")
+    p.add_argument("--out", default="results/validate_silicon", help="output folder")
+    p.add_argument("--no-plots", action="store_true", help="skip the figure")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import pandas as pd
+
+    from sim.compare import silicon
+    from sim.cost import kerneldb_data as kd
+    from sim.errors import ConfigError
+
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError("--limit must be at least 1")
+    if args.rounds < 1:
+        raise ConfigError("--rounds must be at least 1")
+    if args.sample is not None and args.sample < 1:
+        raise ConfigError("--sample must be at least 1")
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    bad = [b for b in args.backends or [] if b not in kd.FRAMEWORKS]
+    if bad:
+        raise ConfigError(f"unknown backend {bad[0]!r} (known: {', '.join(kd.FRAMEWORKS)})")
+    try:
+        path = silicon.csv_path()
+    except kd.KernelDbUnavailable as e:
+        raise ConfigError(str(e)) from None
+    df = pd.read_csv(path)
+    known_sys = set(df["system"]) | {silicon.HARDWARE.get(s) for s in df["system"]} - {None}
+    bad = [s for s in args.systems or [] if s not in known_sys]
+    if bad:
+        raise ConfigError(f"unknown system {bad[0]!r} (in the csv: {', '.join(sorted(set(df['system'])))})")
+    rows, skipped = silicon.select(df, models=args.models, systems=args.systems, backends=args.backends,
+                                   mode=args.mode, limit=args.limit)
+    if not len(rows):
+        raise ConfigError("no row of the csv matches the filters (or every match was skipped: "
+                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
+    if args.sample is not None and args.sample < len(rows):
+        rows = rows.sample(args.sample, random_state=0).sort_index().reset_index(drop=True)
+    models = COST_MODELS[args.cost_model]
+    tasks = [(r.to_dict(), cm, args.rounds, (), args.ramp) for _, r in rows.iterrows() for cm in models]
+    results = _map(silicon.replay, tasks, args.workers, not args.quiet)
+    errors: Counter = Counter()
+    for task, res in zip(tasks, results):
+        if "error" in res:
+            errors[f"{task[1]}: {res['error']}"] += 1
+    out = rows.assign(bucket=rows["concurrency"].map(silicon.bucket))
+    for cm in models:
+        res = [r for task, r in zip(tasks, results) if task[1] == cm]
+        out[f"{cm}_ttft_ms"] = [r.get("ttft_ms") for r in res]
+        out[f"{cm}_tpot_ms"] = [r.get("tpot_ms") for r in res]
+    keep = ["id", "model_path", "model", "system", "hardware", "backend", "backend_version", "precision", "dtype",
+            "mode", "isl", "osl", "concurrency", "bucket", "tp", "silicon_ttft_ms", "silicon_tpot_ms"]
+    out = out[keep + [c for c in out.columns if c.startswith(tuple(models))]]
+    scored = out.dropna(subset=[f"{cm}_tpot_ms" for cm in models])
+    scores = silicon.score(scored, models)
+    silicon.print_table(scores)
+    skipped_all = dict(skipped) | {f"not simulated ({k})": v for k, v in errors.items()}
+    if skipped_all:
+        print("\nskipped rows by reason:")
+        for k, v in sorted(skipped_all.items(), key=lambda kv: -kv[1]):
+            print(f"  {v:>5}  {k}")
+    dest = Path(args.out)
+    dest.mkdir(parents=True, exist_ok=True)
+    out.to_parquet(dest / "predictions.parquet", index=False)
+    summary = {"csv": f"aiconfigurator-core {kd.package_version()} systems/silicon_sample.csv",
+               "filters": {"models": args.models, "systems": args.systems, "backends": args.backends,
+                           "mode": args.mode, "limit": args.limit},
+               "rounds": args.rounds, "ramp": args.ramp, "sample": args.sample, "rows_selected": int(len(rows)), "rows_scored": int(len(scored)),
+               "skipped": skipped_all, "scores": scores}
+    (dest / "summary.json").write_text(json.dumps(summary, indent=2))
+    if not args.no_plots and len(scored):
+        silicon.plot(scored, models, dest)
+    print(f"\nresults written to {dest}/ (predictions.parquet, summary.json"
+          f"{'' if args.no_plots else ', predicted_vs_measured.png/.svg'})")
+    return 0
+
+
+def _map(fn, tasks, workers: int, progress: bool):
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(tasks), unit="run", desc="replaying", disable=not progress, mininterval=0.5)
+    try:
+        if workers == 1:
+            out = []
+            for t in tasks:
+                out.append(fn(t))
+                bar.update()
+            return out
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as ex:
+            out = []
+            for r in ex.map(fn, tasks, chunksize=1):
+                out.append(r)
+                bar.update()
+            return out
+    finally:
+        bar.close()

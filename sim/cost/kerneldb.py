@@ -1,0 +1,324 @@
+"""Kernel-database cost model: every GPU operator of a step priced from measured CUDA kernel
+latencies of the aiconfigurator-core database (optional extra ``kernels-db``; data read from the
+installed package by ``sim.cost.kerneldb_data``), per framework (vLLM, SGLang, TRT-LLM) and version.
+
+Per decoder layer on one GPU (shapes from ``sim.cost.ops``; tensor parallelism shards n or k):
+- GEMMs qkv, o, gate_up, down (and the LM head once per step, in bf16) by (m, n, k) in the weight
+  dtype's table (bf16, fp8, fp8_block, nvfp4): trilinear interpolation of log latency over
+  log m, log n, log k inside the measured grid.
+- Prefill attention of chunks (q new tokens over c cached) from the context-attention table of
+  the model's per-GPU shape (q heads, kv heads, head dim, kv dtype), by (batch, sequence length):
+  the chunks of a step form one batch of their root-mean-square length L, and a chunk costs
+  the fraction q (c + (q+1)/2) / (L (L+1)/2) of a full causal pass over its L = c + q tokens
+  (FLOP share; the table holds whole sequences without cached prefix).
+- Decode attention from the generation-attention table by (batch, mean kv length).
+- All-reduce after attention and after the MLP from the framework's custom all-reduce table by
+  message size (elements, bf16 activations: fp8 weights do not make activations 1-byte) and
+  GPU count; the logits all-gather, norms, activation, rotary, embedding, KV write and sampling
+  from the roofline (the database has no tables for them; they are a few percent of a step).
+- MoE layers from the fused-MoE table when it holds the model's (hidden, intermediate, top-k,
+  experts, tp, dtype), else the roofline's expert GEMMs.
+- Engine overhead: ``cpu_step_s`` (per step, by TP) and ``cpu_per_seq_s`` fitted per framework
+  from measured serving runs (``engine_overhead.json``, written by
+  ``experiments/fit_engine_overhead.py``; docs/kernel_database.md).
+
+A head shape the attention tables lack is taken from the nearest measured shape (same head dim
+and kv dtype), scaled by the ratio of q heads (prefill, compute-bound) or kv heads (decode,
+memory-bound). Outside the measured grid a query is priced at the nearest grid point, scaled by
+the roofline's ratio between the query and that point, and counted (``out_of_range_total``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from bisect import bisect_right
+from pathlib import Path
+
+import numpy as np
+
+from sim.cost import kerneldb_data as kd
+from sim.cost.ops import expert_tokens
+from sim.cost.roofline import RooflineCostModel
+
+SOURCE = "aiconfigurator-core kernel database"
+OVERHEAD_FILE = Path(__file__).with_name("engine_overhead.json")
+
+
+class Grid:
+    """Multilinear interpolation of log time over log axes (1 to 3 axes); values in seconds."""
+
+    def __init__(self, axes: list[np.ndarray], t: np.ndarray):
+        self.lo = [float(a[0]) for a in axes]
+        self.hi = [float(a[-1]) for a in axes]
+        self.la = [np.log(np.asarray(a, dtype=float)).tolist() for a in axes]
+        self.lt = np.log(np.asarray(t, dtype=float))
+
+    def clamp(self, x: tuple[float, ...]) -> tuple[tuple[float, ...], bool]:
+        c = tuple(min(max(v, lo), hi) for v, lo, hi in zip(x, self.lo, self.hi))
+        return c, c != tuple(x)
+
+    def __call__(self, x: tuple[float, ...]) -> float:
+        """Seconds at an in-range point (callers clamp first)."""
+        idx, wts = [], []
+        for v, la in zip(x, self.la):
+            lv = math.log(v)
+            if len(la) == 1:
+                idx.append(0), wts.append(0.0)
+                continue
+            i = min(max(bisect_right(la, lv) - 1, 0), len(la) - 2)
+            span = la[i + 1] - la[i]
+            idx.append(i), wts.append((lv - la[i]) / span if span else 0.0)
+        acc = 0.0
+        for corner in range(1 << len(x)):
+            w, pos = 1.0, []
+            for d in range(len(x)):
+                up = (corner >> d) & 1
+                w *= wts[d] if up else 1.0 - wts[d]
+                pos.append(idx[d] + up if len(self.la[d]) > 1 else 0)
+            if w:
+                acc += w * self.lt[tuple(pos)]
+        return math.exp(acc)
+
+
+def _attn_grid(rows: np.ndarray, heads: int, kv_heads: int, head_dim: int, kv_fp8: bool,
+               scale_by: str) -> tuple[Grid, str] | None:
+    """The (batch, length) table of one attention shape, or of the nearest measured shape scaled
+    by the heads ratio. Returns (grid, note) or None without any row of this head dim."""
+    r = rows[(rows[:, 4] == head_dim) & (rows[:, 5] == float(kv_fp8))]
+    if not len(r):
+        r = rows[rows[:, 4] == head_dim]
+        if not len(r):
+            return None
+    shapes = np.unique(r[:, 2:4], axis=0)
+    dist = np.abs(np.log(shapes[:, 0] / heads)) + np.abs(np.log(shapes[:, 1] / kv_heads))
+    h, kvh = shapes[int(np.argmin(dist))]
+    sel = r[(r[:, 2] == h) & (r[:, 3] == kvh)]
+    scale = 1.0
+    note = ""
+    if (h, kvh) != (heads, kv_heads):
+        scale = (kv_heads / kvh) if (scale_by == "kv" and kvh != kv_heads) else heads / h
+        note = f"shape ({heads} q, {kv_heads} kv heads) from measured ({int(h)}, {int(kvh)}) x {scale:.3g}"
+    b = np.unique(sel[:, 0])
+    s = np.unique(sel[:, 1])
+    t = np.full((len(b), len(s)), np.nan)
+    for row in sel:
+        i, j = np.searchsorted(b, row[0]), np.searchsorted(s, row[1])
+        t[i, j] = row[6] if np.isnan(t[i, j]) else min(t[i, j], row[6])
+    t = kd._fill_axis0(t, b)
+    if np.isnan(t).any():
+        t = kd._fill_axis0(t.T, s).T
+    return Grid([b, s], t * scale), note
+
+
+def load_overhead(framework: str, tp: int) -> tuple[float, float, str] | None:
+    """(per-step s, per-sequence s, provenance) fitted for this framework, interpolated in TP."""
+    try:
+        data = json.loads(OVERHEAD_FILE.read_text())
+    except (OSError, ValueError):
+        return None
+    fw = data.get("frameworks", {}).get(framework)
+    if not fw:
+        return None
+    steps = {int(k): float(v) for k, v in fw["step_s_by_tp"].items()}
+    tps = sorted(steps)
+    if tp in steps:
+        step = steps[tp]
+    elif tp < tps[0] or tp > tps[-1]:
+        step = steps[tps[0] if tp < tps[0] else tps[-1]]
+    else:
+        hi = next(t for t in tps if t > tp)
+        lo = max(t for t in tps if t < tp)
+        step = steps[lo] + (steps[hi] - steps[lo]) * (tp - lo) / (hi - lo)
+    return step, float(fw["per_seq_s"]), str(data.get("provenance", OVERHEAD_FILE.name))
+
+
+class KernelDbCostModel(RooflineCostModel):
+    """The roofline with GEMMs, attention, all-reduce and MoE priced from the kernel database."""
+
+    source = "kerneldb"
+
+    def __init__(self, model, hw, *, framework: str, version: str, system: str, arrays: dict, **kw):
+        super().__init__(model, hw, **kw)
+        self.framework, self.version, self.system = framework, version, system
+        self.gemm_dtype = kd.GEMM_DTYPE[self.dtype]
+        self.kv_fp8 = kd.KV_DTYPE.get(self.kv_dtype, "bfloat16") == "fp8"
+        self.meta = dict(s.split("=", 1) for s in arrays["meta"].tolist())
+        self.notes: list[str] = []
+        self._gemms: dict[str, Grid] = {}
+        for dt in ("bfloat16", self.gemm_dtype):
+            key = f"gemm|{dt}|t"
+            if key not in arrays:
+                raise kd.KernelDbUnavailable(f"the kernel database has no {dt} GEMMs for {system} {framework} {version}")
+            self._gemms[dt] = Grid([arrays[f"gemm|{dt}|{a}"] for a in "mnk"], arrays[key])
+        s = self.shapes
+        ctx = _attn_grid(arrays["ctx|rows"], s.q_heads, s.kv_heads, s.head_dim, self.kv_fp8, "q")
+        gen = _attn_grid(arrays["gen|rows"], s.q_heads, s.kv_heads, s.head_dim, self.kv_fp8, "kv")
+        if ctx is None or gen is None:
+            raise kd.KernelDbUnavailable(f"the kernel database has no attention of head dim {s.head_dim} "
+                                         f"for {system} {framework} {version}")
+        (self._ctx, n1), (self._gen, n2) = ctx, gen
+        self.notes += [f"prefill attention {n1}" for _ in [0] if n1] + [f"decode attention {n2}" for _ in [0] if n2]
+        self._ar = {int(k.split("|")[1]): Grid([arrays[k]], arrays[k[:-1] + "t"])
+                    for k in arrays if k.startswith("ar|") and k.endswith("|x")}
+        if self.tp > 1 and self.tp not in self._ar:
+            self.notes.append(f"all-reduce over {self.tp} GPUs: roofline (not in the database)")
+        self._moe = self._moe_grid(arrays.get("moe|rows"))
+        if s.num_experts and self._moe is None:
+            self.notes.append("MoE experts: roofline (shape not in the database)")
+        self._attn_p: dict = {}
+        self._attn_d: dict = {}
+
+    # ------------------------------------------------------------------ lookup core
+    def _lookup(self, grid: Grid, roof, x: tuple[float, ...]) -> float:
+        c, out = grid.clamp(x)
+        t = grid(c)
+        if out:
+            self._oor += 1
+            rb = roof(c)
+            if rb > 0:
+                t *= roof(x) / rb
+        return t
+
+    def _gemm_roof(self, b: float):
+        return lambda x: self._roof(2.0 * x[0] * x[1] * x[2], b * (x[0] * x[2] + x[1] * x[2]) + 2 * x[0] * x[1],
+                                    self.p.gemm_eff)
+
+    def _gemm_mnk(self, m: int, n: int, k: int, dt: str) -> float:
+        b = 2.0 if dt == "bfloat16" else (0.5 if dt == "nvfp4" else 1.0)
+        return self._lookup(self._gemms[dt], self._gemm_roof(b), (float(m), float(n), float(k)))
+
+    def _moe_grid(self, rows) -> Grid | None:
+        s, m = self.shapes, self.model
+        if not s.num_experts or rows is None:
+            return None
+        inter = getattr(m, "moe_intermediate_size", None) or m.intermediate_size
+        code = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3}.get(self.gemm_dtype)
+        sel = rows[(rows[:, 1] == m.hidden_size) & (rows[:, 2] == inter) & (rows[:, 3] == s.top_k)
+                   & (rows[:, 4] == s.num_experts) & (rows[:, 5] == self.tp) & (rows[:, 6] == code)]
+        if len(sel) < 2:
+            return None
+        x = np.unique(sel[:, 0])
+        t = np.array([sel[sel[:, 0] == v, 7].min() for v in x])
+        return Grid([x], t)
+
+    # ------------------------------------------------------------------ operators
+    def gemm(self, op: str, m: int) -> float:
+        if m <= 0:
+            return 0.0
+        n, k = self.shapes.gemms[op]
+        return self._gemm_mnk(m, n, k, "bfloat16" if op == "lm_head" else self.gemm_dtype)
+
+    def moe(self, tokens: int) -> float:
+        if self._moe is None:
+            return super().moe(tokens)
+        roof = lambda x: RooflineCostModel.moe(self, max(1, round(x[0])))  # noqa: E731
+        return self._lookup(self._moe, roof, (float(tokens),))
+
+    def attn_prefill(self, chunks) -> float:
+        if not chunks:
+            return 0.0
+        key = tuple(chunks)
+        hit = self._attn_p.get(key)
+        if hit is None:
+            oor0 = self._oor
+            sq = work = full = 0.0
+            for q, c in chunks:
+                L = q + c
+                sq += L * L
+                work += q * (c + (q + 1) / 2.0)
+                full += L * (L + 1) / 2.0
+            b = len(chunks)
+            L_eq = math.sqrt(sq / b)
+            roof = lambda x: RooflineCostModel.attn_prefill(  # noqa: E731
+                self, [(max(1, round(x[1])), 0)] * max(1, round(x[0])))
+            t = self._lookup(self._ctx, roof, (float(b), L_eq)) * (work / full)
+            hit = self._attn_p[key] = (t, self._oor - oor0)
+        else:
+            self._oor += hit[1]
+        return hit[0]
+
+    def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
+        if not num_seqs:
+            return 0.0
+        key = (num_seqs, kv_tokens)
+        hit = self._attn_d.get(key)
+        if hit is None:
+            oor0 = self._oor
+            roof = lambda x: RooflineCostModel.attn_decode(  # noqa: E731
+                self, max(1, round(x[0])), max(1, round(x[0])) * x[1])
+            t = self._lookup(self._gen, roof, (float(num_seqs), kv_tokens / num_seqs))
+            hit = self._attn_d[key] = (t, self._oor - oor0)
+        else:
+            self._oor += hit[1]
+        return hit[0]
+
+    def all_reduce(self, elements: int) -> float:
+        g = self._ar.get(self.tp)
+        if self.tp <= 1:
+            return 0.0
+        if g is None:
+            return RooflineCostModel.collective(self, "all_reduce", 2.0 * elements, self.tp)
+        roof = lambda x: RooflineCostModel.collective(self, "all_reduce", 2.0 * x[0], self.tp)  # noqa: E731
+        return self._lookup(g, roof, (float(elements),))
+
+    # ------------------------------------------------------------------ composition
+    def _dense_part(self, tokens: int, num_seqs: int) -> tuple[float, float, float, int]:
+        """As the roofline's, with activations communicated in bf16 and the all-reduce from the
+        database (the roofline's collective takes bytes in the weight dtype)."""
+        key = (tokens, num_seqs)
+        hit = self._dense_cache.get(key)
+        if hit is not None:
+            return hit
+        oor0 = self._oor
+        s, L = self.shapes, self.model.num_layers
+        mlp = self.moe(tokens) if s.num_experts else self.gemm("gate_up", tokens) + self.gemm("down", tokens)
+        gemm = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp) + self.gemm("lm_head", num_seqs)
+        other = L * (2 * self.elementwise("rmsnorm", tokens) + self.elementwise("silu_mul", tokens)
+                     + self.elementwise("rotary", tokens) + self.elementwise("kv_write", tokens))
+        other += self.elementwise("embedding", tokens) + self.elementwise("rmsnorm", num_seqs) + self.sampling(num_seqs)
+        comm = L * 2 * self.all_reduce(tokens * s.hidden)
+        comm += RooflineCostModel.collective(self, "all_gather", num_seqs * s.vocab * 4, self.tp)
+        if self.pp > 1:
+            comm += (self.pp - 1) * (tokens * s.hidden * 2 / self.hw.link_bw + self.p.allreduce_latency_s)
+        out = (gemm, other, comm, self._oor - oor0)
+        self._dense_cache[key] = out
+        return out
+
+    def describe(self) -> dict:
+        """What priced the run, for summary.json."""
+        return {"source": SOURCE, "package_version": kd.package_version(), "framework": self.framework,
+                "framework_version": self.version, "system": self.system, "gemm_dtype": self.gemm_dtype,
+                "kv_cache_dtype": "fp8" if self.kv_fp8 else "bfloat16",
+                "kernels": self.meta, "engine_overhead": {"cpu_step_s": self.p.cpu_step_s,
+                                                          "cpu_per_seq_s": self.p.cpu_per_seq_s,
+                                                          "source": self.overhead_source},
+                "notes": list(self.notes)}
+
+    overhead_source = "roofline defaults"
+
+
+def load_kerneldb_cost_model(model, hw, *, framework: str, version: str | None = None, params=None,
+                             tp: int = 1, pp: int = 1, dtype: str = "bf16", kv_dtype: str | None = None,
+                             block_size: int = 16, use_cache: bool = True, **precision) -> KernelDbCostModel:
+    """The database model for (GPU, framework, version); raises KernelDbUnavailable with the reason
+    when the package is missing or does not cover the request."""
+    from dataclasses import replace
+
+    from sim.cost.roofline import RooflineParams
+
+    if dtype not in kd.GEMM_DTYPE:
+        raise kd.KernelDbUnavailable(f"the kernel database has no {dtype} GEMMs")
+    system, version = kd.resolve(hw.id, framework, version)
+    arrays = kd.load(system, framework, version, use_cache=use_cache)
+    params = params or RooflineParams()
+    ov = load_overhead(framework, tp)
+    src = "roofline defaults (no fitted overhead for this framework)"
+    if ov is not None:
+        params = replace(params, cpu_step_s=ov[0], cpu_per_seq_s=ov[1])
+        src = ov[2]
+    cm = KernelDbCostModel(model, hw, framework=framework, version=version, system=system, arrays=arrays, tp=tp,
+                           pp=pp, dtype=dtype, kv_dtype=kv_dtype, block_size=block_size, params=params,
+                           **precision)
+    cm.overhead_source = src
+    cm.params_source = f"{SOURCE} {kd.package_version()} ({system}, {framework} {version}); overhead: {src}"
+    return cm

@@ -1,0 +1,156 @@
+"""A request's lifecycle rules, as plain functions: the only code that changes request state
+(DESIGN.md sections 2-3). The engine calls them at its named points (admit, commit a plan,
+complete a step, complete a decode run); ``tests/policy_kit.py`` calls the same functions to
+step a scheduler without an engine, and ``calibration/plans.py`` replays step plans with the
+same token-emission rule. No event loop, no simpy, standard library only (the replay runs on a
+bare GPU machine).
+
+The rules:
+
+- **Token emission**: a request needs ``prompt + generated`` tokens in its KV cache before it
+  can sample its next token; a step that brings its computed tokens there samples one output
+  token, which exists at the end of the step (``emits_token``).
+- **Commit**: preempted requests lose their progress (recompute) or keep it in host memory
+  (swap); prefix-cache hits count as computed; a scheduled request becomes RUNNING, and its first
+  schedule time is set once.
+- **Complete a step**: every scheduled request advances by its new tokens; those whose computed
+  tokens reach the emission point get a token, its time, and the inter-token gap since the last.
+- **Complete a decode run**: the same as ``k`` single-token steps, applied at once.
+
+``itl`` arguments take any object with ``add(gap_s, tokens)`` and ``extend(gaps, tokens)``
+(``sim.metrics.steplog.ItlLog``), or None to drop the gaps.
+"""
+from __future__ import annotations
+
+from sim.request import Request, Status
+
+
+def emits_token(computed: int, prompt_tokens: int, generated: int) -> bool:
+    """The token-emission rule: after a step that leaves ``computed`` tokens in a request's KV
+    cache, it samples its next output token when those reach its prompt plus the tokens it has
+    generated so far (vLLM v1's ``num_computed_tokens == num_tokens``)."""
+    return computed >= prompt_tokens + generated
+
+
+def reject(r: Request, reason: str) -> None:
+    """An arrival the engine will never serve, with its reason (``code: detail``)."""
+    r.status = Status.REJECTED
+    r.reject_reason = reason
+
+
+def preempt(r: Request, swapped: bool) -> None:
+    """``r`` lost its GPU blocks: with swap its KV waits in host memory and its progress stays;
+    with recompute its progress resets (the tokens already emitted stay emitted)."""
+    r.preemptions += 1
+    if swapped:
+        r.status = Status.SWAPPED
+    else:
+        r.num_computed = 0
+        r.status = Status.WAITING
+
+
+def commit(plan, by_id: dict, now: float) -> list[int]:
+    """Apply ``plan``'s preemptions and prefix-cache hits and mark its requests scheduled;
+    returns each scheduled request's context (tokens already computed), in plan order."""
+    if plan.preempted:
+        swapped = plan.swapped_out
+        for rid in plan.preempted:
+            preempt(by_id[rid], rid in swapped)
+    for rid, c in plan.cached_tokens.items():  # prefix-cache hits count as computed
+        r = by_id[rid]
+        r.num_computed = c
+        if r.first_scheduled_s is None:
+            r.cached_tokens = c
+    ctx = []
+    for rid in plan.num_new_tokens:
+        r = by_id[rid]
+        if r.status is not Status.RUNNING:
+            if r.first_scheduled_s is None:
+                # simpy adds the arrival's delay to the clock: keep an ulp of rounding from
+                # putting the first schedule before the arrival
+                r.first_scheduled_s = max(now, r.spec.arrival_s)
+            r.status = Status.RUNNING
+        ctx.append(r.num_computed)
+    return ctx
+
+
+def complete_step(plan, by_id: dict, start: float, now: float, itl) -> tuple[int, int, list[Request]]:
+    """A step that ran from ``start`` to ``now``: advance every scheduled request, emit tokens,
+    mark finished requests. Returns (prefill tokens, decode tokens, the requests that finished
+    or got their first token this step, in plan order)."""
+    prefill = decode = 0
+    step_gaps = 0  # tokens whose previous token came at this step's start: gap = the step
+    changed = []
+    for rid, n in plan.num_new_tokens.items():
+        r = by_id[rid]
+        c = r.num_computed + n
+        r.num_computed = c
+        g = r.num_generated
+        if n == 1 and g:
+            decode += 1
+        else:
+            prefill += n
+        if c < r.prompt_tokens + g:  # emits_token, inlined on the hot path
+            continue
+        g += 1  # the step computed the last missing token: sample the next output token
+        r.num_generated = g
+        if r.first_token_s is None:
+            r.first_token_s = now
+            changed.append(r)
+        else:
+            gap = now - r.last_token_s
+            if r.last_token_s == start:
+                step_gaps += 1
+            elif itl is not None:
+                itl.add(gap, 1)
+            if gap > r.max_itl_s:
+                r.max_itl_s = gap
+        r.last_token_s = now
+        if g >= r.output_tokens:
+            r.status = Status.FINISHED
+            r.finish_s = now
+            if g > 1:
+                changed.append(r)
+    if step_gaps and itl is not None:
+        itl.add(now - start, step_gaps)
+    return prefill, decode, changed
+
+
+def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> list[Request]:
+    """A decode run of ``steps`` single-token steps starting at ``times[0]`` (``times[j]`` the
+    start of step j, ``times[-1]`` the end of the last): every request computed and emitted one
+    token per step. Returns the requests that finished, in ``reqs`` order."""
+    start0, end, first_end = times[0], times[-1], times[1]
+    gaps = [times[j + 1] - times[j] for j in range(1, steps)]  # "now - start" of each later step
+    run_max = max(gaps) if gaps else 0.0
+    same = 0
+    done = []
+    for r in reqs:  # the first step's gaps, grouped as complete_step groups them
+        last = r.last_token_s
+        gap = first_end - last
+        if last == start0:
+            same += 1
+        elif itl is not None:
+            itl.add(gap, 1)
+        m = gap if gap > run_max else run_max
+        if m > r.max_itl_s:
+            r.max_itl_s = m
+        r.num_computed += steps
+        g = r.num_generated = r.num_generated + steps
+        r.last_token_s = end
+        if g >= r.output_tokens:
+            r.status = Status.FINISHED
+            r.finish_s = end
+            done.append(r)
+    if itl is not None:
+        if same:
+            itl.add(first_end - start0, same)
+        if gaps:
+            itl.extend(gaps, len(reqs))
+    return done
+
+
+def hand_off(r: Request) -> None:
+    """Disaggregation: ``r`` left its prefill replica with its first token; it waits for its KV
+    to reach a decode replica, its computed tokens intact."""
+    r.status = Status.WAITING

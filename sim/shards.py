@@ -1,0 +1,83 @@
+"""Replicas that share no state, simulated in several processes (``engine.workers``).
+
+With a router that reads no replica load and knows its turns in advance (``round_robin``), no
+prefill/decode disaggregation and open-loop arrivals, what happens on one replica depends only on
+the arrivals routed to it. Each process then runs the whole arrival stream through the router but
+simulates only its share of the replicas (replica i goes to process i % workers); the outputs
+are merged into exactly what one process gives: request rows by admission order, step rows
+sorted by start time and replica as always, ITL gaps as a weighted sample whose summary does not
+depend on their order, counters summed, the clock the latest of the processes' clocks.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+
+from sim.cluster import ROUTERS
+from sim.errors import ConfigError
+from sim.metrics.requestlog import RequestLog
+from sim.metrics.steplog import ItlLog, StepLog
+from sim.types import COMPONENTS
+
+
+def shard_refusal(cfg) -> str | None:
+    """Why ``cfg`` cannot be split over processes (None when it can)."""
+    if cfg.engine.workers <= 1:
+        return None
+    route = ROUTERS[cfg.cluster.router]
+    if route.reads_load or route.turns is None:
+        return (f"engine.workers: router {cfg.cluster.router!r} reads the replicas' state, so they cannot run apart; "
+                "use cluster.router=round_robin or engine.workers=1")
+    if cfg.cluster.prefill_replicas:
+        return "engine.workers: disaggregated replicas hand requests to each other; use engine.workers=1"
+    if cfg.workload.closed_loop is not None:
+        return "engine.workers: closed-loop clients wait on every replica; use engine.workers=1"
+    if cfg.output.stream:
+        return "engine.workers cannot be combined with output.stream yet; use one of them"
+    return None
+
+
+def _run(args):
+    from sim.engine import run_shard
+
+    cfg, shard = args
+    return run_shard(cfg, shard)
+
+
+def run_sharded(cfg, workers: int, progress=None):
+    """Run ``cfg`` over ``workers`` processes and merge their outputs."""
+    why = shard_refusal(cfg)
+    if why:
+        raise ConfigError(why)
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    with ctx.Pool(workers) as pool:
+        parts = pool.map(_run, [(cfg, (w, workers)) for w in range(workers)])
+    if progress is not None:
+        progress.update(sum(len(p.requests) for p in parts))
+    return merge(parts, workers)
+
+
+def merge(parts: list, workers: int):
+    first = parts[0]
+    requests, steps, itl = RequestLog(), StepLog(keep_rows=first.steps.keep_rows), ItlLog()
+    for p in parts:
+        for name, col in p.requests.cols.items():
+            requests.cols[name].extend(col)
+        requests.rows += p.requests.rows
+        s = p.steps
+        steps.count += s.count
+        steps.peak_kv_blocks = max(steps.peak_kv_blocks, s.peak_kv_blocks)
+        steps.sources.update(s.sources)
+        if steps.keep_rows:
+            for name in ("replica", "start_s", "duration_s", "batch_size", "num_tokens", "prefill_tokens",
+                         "decode_tokens", "preempted", "kv_blocks_used", "waiting", "source"):
+                getattr(steps, name).extend(getattr(s, name))
+            for c in COMPONENTS:
+                steps.components[c].extend(s.components[c])
+        itl.values.extend(p.itl.values)
+        itl.counts.extend(p.itl.counts)
+    out = first
+    out.requests, out.steps, out.itl = requests, steps, itl
+    out.simulated_s = max(p.simulated_s for p in parts)
+    out.out_of_range = sum(p.out_of_range for p in parts)
+    out.workers = workers
+    return out

@@ -1,0 +1,283 @@
+"""The kernel-database cost model (aiconfigurator-core extra) and ``servesim validate-silicon``.
+
+Tests that read the database skip with a reason when the extra is not installed; the fallback
+tests simulate its absence and run everywhere."""
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import tiny_config
+from sim import simulate
+from sim.catalog import get_hardware, get_model
+from sim.cli import main
+from sim.config import load_config
+from sim.cost import kerneldb, kerneldb_data as kd
+from sim.cost import make_cost_model
+from sim.types import BatchShape
+
+needs_db = pytest.mark.skipif(kd.package_root() is None,
+                              reason="aiconfigurator-core (extra kernels-db) is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _cache_in_tmp(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
+
+
+def _cm(model="llama-3.1-8b", hw="h100-sxm", tp=1, dtype="bf16", framework="vllm"):
+    cfg = load_config({"model": model, "hardware": hw, "dtype": dtype, "parallelism": {"tp": tp},
+                       "cost": {"model": "kerneldb", "framework": framework}})
+    return make_cost_model(cfg, get_model(model), get_hardware(hw))
+
+
+def _gemm_rows(system="h100_sxm", framework="vllm", dtype="bfloat16"):
+    _, version = kd.resolve("h100-sxm", framework, None)
+    df = pd.read_parquet(kd.data_dir(system) / "gemm" / framework / version / "gemm_perf.parquet")
+    df = df[df["gemm_dtype"] == dtype]
+    return df[df["kernel_source"] == df["kernel_source"].value_counts().idxmax()]
+
+
+@needs_db
+def test_gemm_lookup_is_exact_on_a_grid_point():
+    cm = _cm()
+    rows = _gemm_rows()
+    for m, n, k in ((64, 4096, 4096), (1, 1024, 8192), (1024, 16384, 4096)):
+        hit = rows[(rows.m == m) & (rows.n == n) & (rows.k == k)]
+        assert len(hit) == 1
+        assert cm._gemm_mnk(m, n, k, "bfloat16") == pytest.approx(hit["latency"].iloc[0] / 1e3, rel=1e-12)
+    assert cm.out_of_range_total() == 0
+
+
+@needs_db
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 32767), st.sampled_from([(4096, 4096), (6144, 4096), (4096, 16384), (65536, 8192)]))
+def test_gemm_interpolation_lies_between_its_neighbours(m, nk):
+    cm = _cm()
+    grid = cm._gemms["bfloat16"]
+    ms = [math.exp(v) for v in grid.la[0]]
+    i = max(j for j, v in enumerate(ms) if v <= m + 1e-9)
+    lo_m, hi_m = round(ms[i]), round(ms[min(i + 1, len(ms) - 1)])
+    t = cm._gemm_mnk(m, *nk, "bfloat16")
+    a, b = cm._gemm_mnk(lo_m, *nk, "bfloat16"), cm._gemm_mnk(hi_m, *nk, "bfloat16")
+    assert min(a, b) * (1 - 1e-12) <= t <= max(a, b) * (1 + 1e-12)
+    assert cm.out_of_range_total() == 0
+
+
+@needs_db
+def test_queries_outside_the_grid_are_scaled_from_the_edge_and_counted():
+    cm = _cm()
+    edge = cm._gemm_mnk(32768, 4096, 4096, "bfloat16")
+    assert cm.out_of_range_total() == 0
+    beyond = cm._gemm_mnk(131072, 4096, 4096, "bfloat16")
+    assert cm.out_of_range_total() == 1
+    assert beyond == pytest.approx(4 * edge, rel=0.02)  # compute-bound: the roofline scales with m
+    st1 = cm.step_time(BatchShape((40000,), (0,)))  # prefill beyond the 16k attention grid
+    assert st1.out_of_range > 0 and cm.out_of_range_total() > 1
+
+
+@needs_db
+def test_a_whole_prompt_is_the_context_attention_table_at_that_length():
+    cm = _cm()
+    s = cm.shapes
+    rows = pd.read_parquet(kd.data_dir("h100_sxm") / "attention" / "vllm" / cm.version / "context_attention_perf.parquet")
+    rows = rows[(rows.num_heads == s.q_heads) & (rows.num_key_value_heads == s.kv_heads) & (rows.head_dim == s.head_dim)
+                & (rows.batch_size == 1) & (rows.isl == 2048) & (rows.window_size == 0)
+                & (rows.kv_cache_dtype == "bfloat16") & (rows.attn_dtype == "bfloat16")]
+    want = rows[rows.kernel_source == cm.meta["attention ctx"]]["latency"].min() / 1e3
+    assert cm.attn_prefill([(2048, 0)]) == pytest.approx(want, rel=1e-12)
+    # a chunk over a cached prefix costs its FLOP share of the whole causal pass
+    whole = cm.attn_prefill([(2048, 0)])
+    assert cm.attn_prefill([(1024, 1024)]) == pytest.approx(whole * (1024 * (1024 + 1025 / 2)) / (2048 * 2049 / 2))
+
+
+@needs_db
+def test_decode_step_equals_step_time_of_the_same_shape():
+    cm = _cm(model="llama-3.1-70b", hw="h200-sxm", tp=4, dtype="fp8")
+    ctx = (100, 2000, 517, 4095)
+    a = cm.step_time(BatchShape((1,) * len(ctx), ctx, tp=4))
+    b = cm.decode_step(len(ctx), sum(c + 1 for c in ctx), max(ctx) + 1)
+    assert a == b and a.source == "kerneldb" and a.comm > 0
+
+
+@needs_db
+def test_fp8_weights_keep_bf16_all_reduce_and_are_faster_than_bf16():
+    bf, f8 = _cm(model="llama-3.1-70b", hw="h200-sxm", tp=4), _cm(model="llama-3.1-70b", hw="h200-sxm", tp=4, dtype="fp8")
+    shape = BatchShape((2048,), (0,), tp=4)
+    a, b = bf.step_time(shape), f8.step_time(shape)
+    assert a.comm == b.comm  # activations are all-reduced in bf16 either way
+    assert b.gemm < a.gemm
+
+
+@needs_db
+def test_fast_forward_is_exact_with_the_kernel_database():
+    from test_fast_forward import assert_identical, both
+
+    cfg = tiny_config(cost={"model": "kerneldb", "framework": "sglang"}, kv={"num_gpu_blocks": 300},
+                      workload={"rate": 3.0, "num_requests": 30, "prompt": {"kind": "uniform", "min": 16, "max": 900},
+                                "output": {"kind": "uniform", "min": 1, "max": 300}})
+    on, off = both(cfg)
+    assert_identical(on, off)
+    assert on.summary["sim"]["steps_by_cost_source"] == {"kerneldb": on.summary["sim"]["steps"]}
+
+
+@needs_db
+def test_the_cache_file_holds_exactly_what_the_parquet_gives(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    system, version = kd.resolve("l40s", "trtllm", None)
+    first = kd.load(system, "trtllm", version)
+    files = list(tmp_path.rglob("*.npz"))
+    assert len(files) == 1 and kd.package_version() in str(files[0])
+    again = kd.load(system, "trtllm", version)
+    fresh = kd.derive(system, "trtllm", version)
+    assert set(first) == set(again) == set(fresh)
+    for k in fresh:
+        np.testing.assert_array_equal(again[k], fresh[k])
+
+
+@needs_db
+def test_auto_uses_the_database_and_every_output_says_so(tmp_path, capsys):
+    rc = main(["run", "--model", "llama-3.1-70b", "--hardware", "h200-sxm", "--tp", "4", "--dtype", "fp8",
+               "--num-requests", "20", "--no-plots", "--out", str(tmp_path)])
+    assert rc == 0
+    s = json.loads((tmp_path / "summary.json").read_text())
+    cm = s["cost_model"]
+    _, version = kd.resolve("h200-sxm", "vllm", None)
+    assert (cm["source"], cm["framework"], cm["framework_version"], cm["system"]) == (
+        "aiconfigurator-core kernel database", "vllm", version, "h200_sxm")
+    assert cm["package_version"] == kd.package_version() and s["sim"]["cost_model"] == "kerneldb"
+    ov = cm["engine_overhead"]
+    fitted = json.loads(kerneldb.OVERHEAD_FILE.read_text())["frameworks"]["vllm"]
+    assert (ov["cpu_step_s"], ov["cpu_per_seq_s"]) == (fitted["step_s_by_tp"]["4"], fitted["per_seq_s"])
+    assert ov["source"].startswith("fitted by experiments/fit_engine_overhead.py")
+    out = capsys.readouterr().out
+    assert f"cost model kerneldb (aiconfigurator-core kernel database {kd.package_version()}: vllm {version} on h200_sxm)" in out
+
+
+def test_auto_falls_back_to_the_roofline_without_the_package(monkeypatch):
+    monkeypatch.setattr(kd, "package_root", lambda: None)
+    res = simulate(tiny_config(workload={"rate": 5.0, "num_requests": 5}, cost={"model": "auto"}))
+    assert res.summary["sim"]["cost_model"] == "roofline"
+    assert res.summary["cost_model"]["source"] == "roofline (analytic)"
+
+
+def test_auto_falls_back_on_a_gpu_the_database_lacks():
+    res = simulate(tiny_config(hardware="mi300x", workload={"rate": 5.0, "num_requests": 5}, cost={"model": "auto"}))
+    assert res.summary["sim"]["cost_model"] == "roofline"
+
+
+def test_demanding_the_database_without_it_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(kd, "package_root", lambda: None)
+    assert main(["run", "--cost-model", "kerneldb", "--num-requests", "5", "--quiet", "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not installed" in err[0] and "kernels-db" in err[0]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--framework", "tgi"], "cost.framework"),
+    (["--cost-model", "kerneldb", "--framework-version", "0.0.1"], "versions:"),
+])
+def test_bad_framework_or_version_is_one_line(args, words, capsys, tmp_path):
+    if "versions:" in words and kd.package_root() is None:
+        pytest.skip("aiconfigurator-core (extra kernels-db) is not installed")
+    assert main(["run", *args, "--num-requests", "5", "--quiet", "--no-plots", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+
+
+def test_closed_loop_ramp_up_staggers_first_requests():
+    res = simulate(tiny_config(workload={"num_requests": 4, "prompt": {"kind": "fixed", "value": 50},
+                                         "output": {"kind": "fixed", "value": 400},
+                                         "closed_loop": {"clients": 4, "think_time_s": 0.0, "think": "fixed",
+                                                         "ramp_up_s": 2.0}},
+                               cost={"model": "roofline"}))
+    assert res.requests["arrival_s"].tolist() == [0.0, 0.5, 1.0, 1.5]
+
+
+# ---------------------------------------------------------------------- validate-silicon
+
+def test_hf_repos_map_to_catalog_ids():
+    from sim.compare.silicon import catalog_model
+
+    assert catalog_model("meta-llama/Llama-3.1-8B-Instruct") == "llama-3.1-8b"
+    assert catalog_model("nvidia/Llama-3.1-8B-Instruct-FP8") == "llama-3.1-8b"
+    assert catalog_model("meta-llama/Llama-3.1-70B") == "llama-3.1-70b"
+    assert catalog_model("moonshotai/Kimi-K2.5") is None
+
+
+@needs_db
+def test_validate_silicon_end_to_end_on_three_rows(tmp_path, capsys):
+    rc = main(["validate-silicon", "--models", "llama-3.1-8b", "--systems", "h100-sxm", "--backends", "trtllm",
+               "--limit", "3", "--rounds", "1", "--quiet", "--out", str(tmp_path)])
+    assert rc == 0
+    pred = pd.read_parquet(tmp_path / "predictions.parquet")
+    assert len(pred) == 3 and set(pred["system"]) == {"h100_sxm"} and set(pred["backend"]) == {"trtllm"}
+    for cm in ("roofline", "kerneldb"):
+        assert (pred[f"{cm}_ttft_ms"] > 0).all() and (pred[f"{cm}_tpot_ms"] > 0).all()
+    s = json.loads((tmp_path / "summary.json").read_text())
+    ape = (pred["kerneldb_tpot_ms"] - pred["silicon_tpot_ms"]).abs() / pred["silicon_tpot_ms"]
+    assert s["scores"]["kerneldb"]["overall"]["tpot_ape_median"] == pytest.approx(ape.median())
+    assert s["rows_scored"] == 3 and (tmp_path / "predicted_vs_measured.png").is_file()
+    out = capsys.readouterr().out
+    assert "h100_sxm  trtllm      1-8     3" in out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--backends", "tgi"], "unknown backend 'tgi'"),
+    (["--systems", "tpu_v5"], "unknown system 'tpu_v5'"),
+    (["--models", "no-such-model"], "no row of the csv matches"),
+    (["--limit", "0"], "--limit must be at least 1"),
+])
+def test_validate_silicon_bad_inputs_are_one_line(args, words, capsys, tmp_path):
+    if kd.package_root() is None and "limit" not in words:
+        pytest.skip("aiconfigurator-core (extra kernels-db) is not installed")
+    assert main(["validate-silicon", *args, "--quiet", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+
+
+def test_validate_silicon_without_the_package_is_one_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(kd, "package_root", lambda: None)
+    assert main(["validate-silicon", "--quiet", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "kernels-db" in err[0]
+
+
+@pytest.mark.parametrize("think, ramp", [(0.0, 3.0), (0.2, 0.0), (0.0, 0.0)])
+def test_fast_forward_is_exact_for_closed_loop_clients(think, ramp):
+    from test_fast_forward import assert_identical, both
+
+    cfg = tiny_config(cost={"model": "roofline"}, kv={"num_gpu_blocks": 400},
+                      workload={"num_requests": 40, "prompt": {"kind": "uniform", "min": 16, "max": 600},
+                                "output": {"kind": "uniform", "min": 1, "max": 200},
+                                "closed_loop": {"clients": 7, "think_time_s": think, "ramp_up_s": ramp}})
+    on, off = both(cfg)
+    assert_identical(on, off)
+
+
+def test_engine_overhead_is_read_per_framework_and_interpolated_in_tp(tmp_path, monkeypatch):
+    f = tmp_path / "overhead.json"
+    f.write_text(json.dumps({"provenance": "test", "frameworks": {
+        "vllm": {"step_s_by_tp": {"1": 1e-4, "4": 4e-4, "8": 2e-4}, "per_seq_s": 1e-6}}}))
+    monkeypatch.setattr(kerneldb, "OVERHEAD_FILE", f)
+    assert kerneldb.load_overhead("vllm", 4) == (4e-4, 1e-6, "test")
+    assert kerneldb.load_overhead("vllm", 2) == pytest.approx((2e-4, 1e-6, "test"))
+    assert kerneldb.load_overhead("vllm", 16)[0] == 2e-4  # beyond the fitted degrees: the nearest
+    assert kerneldb.load_overhead("sglang", 1) is None
+
+
+@needs_db
+def test_collections_without_a_window_size_column_read_as_full_attention():
+    """a100_sxm's older attention tables have no window_size column: every row is full attention."""
+    path = kd.package_root() / "systems" / "data" / "a100_sxm" / "attention" / "vllm" / "0.14.0" / "context_attention_perf.parquet"
+    if not path.exists():
+        pytest.skip("this aiconfigurator-core release has no a100_sxm vllm 0.14.0 attention table")
+    df = kd._read(path, ["batch_size", "window_size", "latency"])
+    assert set(df.columns) == {"batch_size", "window_size", "latency"} and (df["window_size"] == 0).all() and len(df)
+    cm = make_cost_model(load_config({"model": "llama-2-7b", "hardware": "a100-80gb", "cost": {"model": "kerneldb"}}),
+                         get_model("llama-2-7b"), get_hardware("a100-80gb"))
+    assert cm.source == "kerneldb" and cm.step_time(BatchShape((128,), (0,))).total > 0
