@@ -86,14 +86,14 @@ def _start_sweep(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_kills_workers_and_says_interrupted(tmp_path, sig):
     proc, workers = _start_sweep(tmp_path)
-    time.sleep(1.0)  # let the workers start simulating
+    time.sleep(3.0)  # let the workers start simulating
     proc.send_signal(sig)
     try:
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert "interrupted" in err
-    assert "Traceback" not in err, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
     assert proc.returncode == (143 if sig == signal.SIGTERM else 130)
     assert _wait(lambda: not any(_alive(w) for w in workers), 20), "workers outlived the driver"
 

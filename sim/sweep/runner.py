@@ -138,7 +138,10 @@ class LocalBackend:
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
-        self.pool.shutdown(wait=False)
+        # the pool's manager thread sees its workers gone, marks the futures broken and exits;
+        # joining it here (quick: nothing is left to wait for) keeps the interpreter's exit hook
+        # from waking a thread whose pipe is already closed
+        self.pool.shutdown(wait=True)
 
 
 class RayBackend:
