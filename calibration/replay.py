@@ -1,4 +1,4 @@
-"""The real replay: execute simulated step plans as PyTorch forward passes (DESIGN.md section 7).
+"""The real replay: execute simulated step plans as PyTorch forward passes (docs/architecture.md section 7).
 
 A Llama-architecture model with random weights (RMSNorm, rotary embeddings, grouped-query
 attention, SwiGLU MLP, LM head, temperature sampling) built from a model card, over a real paged

@@ -7,14 +7,17 @@
 
 (a) kernel level: each held-out profile point (``holdout.json``) against the table lookup;
 (b) overhead: probe steps calibrate the per-step / per-sequence overhead the operator profile
-    misses; written to ``<fitted>/overhead.json`` (the profiled cost model loads it);
+    misses; written to ``overhead.json`` beside a copy of the fitted tables under the output
+    (``OUT/fitted/<hw>/<model>``; the profiled cost model loads it from there); the input is
+    never written;
 (c) step level, a REAL replay: the step plans of a simulation (made here with the simulator, or
     read from ``--plans`` / ``calibration/plans/<model>_<hw>.json`` where the simulator is not
     installed) run as PyTorch forward passes over a paged KV cache (``calibration.replay``); each
     measured step time is compared with the cost model's prediction for the same BatchShape, and
     every request's TTFT and TPOT are recomputed along the plan from measured and predicted times.
 
-Writes ``validation.json`` (fractions: ``kernel.median_ape`` ...) and figures (PNG + SVG) to --out.
+Writes ``validation.json`` (fractions: ``kernel.median_ape`` ...) and figures (PNG + SVG) to --out;
+every file it writes lies under --out (see ``output_folders``).
 Needs torch, numpy and pyyaml only when plans come from a file (matplotlib optional).
 """
 from __future__ import annotations
@@ -63,6 +66,34 @@ def resolve_cards(model: str, hardware: str | None, device: str):
 
         hardware = detect_hardware_id(torch.device("cuda", 0))
     return card, get_hardware(hardware)
+
+
+def output_folders(args, hw_id: str, model_id: str) -> tuple[Path, Path]:
+    """(validation folder, fitted root): everything validate writes lies under them.
+
+    With ``--out`` both are under it (``OUT`` and ``OUT/fitted``); without, under
+    ``[$OUT/]calibration/`` (``validation/<hw>/<model>`` and ``fitted``), as the GPU campaign
+    expects. ``--fitted-out`` overrides the fitted root."""
+    if args.out:
+        out = Path(args.out)
+        root = out / "fitted"
+    else:
+        base = Path(os.environ.get("OUT", ".")) / "calibration"
+        out, root = base / "validation" / hw_id / model_id, base / "fitted"
+    return out, Path(args.fitted_out) if args.fitted_out else root
+
+
+def copy_fitted(src: Path, dst: Path) -> Path:
+    """A copy of a fitted (hardware, model) folder, where validate may add overhead.json."""
+    import shutil
+
+    if src.resolve() == dst.resolve():
+        return dst
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and f.name != "overhead.json":
+            shutil.copy2(f, dst / f.name)
+    return dst
 
 
 def fitted_folder(fitted: str | None, profiles: str | None, hw_id: str, model_id: str, out_root: Path) -> Path:
@@ -153,11 +184,11 @@ def run(args) -> dict:
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
     card, hw = resolve_cards(args.model, args.hardware, args.device)
-    base = Path(os.environ.get("OUT", ".")) if args.out is None else None
-    out = Path(args.out) if args.out else base / "calibration" / "validation" / hw.id / card.id
+    out, fitted_root = output_folders(args, hw.id, card.id)
     out.mkdir(parents=True, exist_ok=True)
-    folder = fitted_folder(args.fitted, args.profiles, hw.id, card.id,
-                           Path(args.fitted_out) if args.fitted_out else (base or Path(".")) / "calibration" / "fitted")
+    folder = fitted_folder(args.fitted, args.profiles, hw.id, card.id, fitted_root)
+    if args.fitted:  # the input stays as it is: overhead.json goes into a copy under the output
+        folder = copy_fitted(folder, fitted_root / hw.id / card.id)
     kernel, kpoints = kernel_level(folder)
     result = {"device": {"type": args.device, "name": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
                          "torch": torch.__version__, "threads": args.threads if args.device == "cpu" else None},
@@ -296,7 +327,8 @@ def _save(fig, stem: Path) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fitted", default=None, help="fitted folder (<root>/<hardware>/<model>) or fitted root")
     p.add_argument("--profiles", default=None, help="profiles root or folder: fit first (when --fitted is absent)")
-    p.add_argument("--fitted-out", default=None, help="fitted root for --profiles (default [$OUT/]calibration/fitted)")
+    p.add_argument("--fitted-out", default=None, help="fitted root: tables fitted from --profiles, or a copy of --fitted "
+                   "with the measured overhead.json (default OUT/fitted, or [$OUT/]calibration/fitted without --out)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--model", required=True, help="catalog model id or model-card YAML path")
     p.add_argument("--hardware", "--hardware-id", dest="hardware", default=None,

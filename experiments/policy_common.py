@@ -54,6 +54,21 @@ def set_rate(cfg: dict, rate: float) -> dict:
     return cfg
 
 
+def coinciding(curves: dict) -> dict:
+    """{series: the earlier series it coincides with} for series whose (x, y) points equal an
+    earlier series' at every point (relative tolerance 1e-9)."""
+    import numpy as np
+
+    out, names = {}, list(curves)
+    for j, b in enumerate(names):
+        for a in names[:j]:
+            if a not in out and curves[a].shape == curves[b].shape and np.allclose(curves[a], curves[b], rtol=1e-9,
+                                                                                   atol=0, equal_nan=True):
+                out[b] = a
+                break
+    return out
+
+
 def line_figures(df, out: Path, *, x: str, xlabel: str, series: str, metrics, title: str,
                  log_x: bool = False) -> None:
     """One figure per ``(column, label, log_y)`` in ``metrics``: a line per ``series`` value
@@ -61,10 +76,22 @@ def line_figures(df, out: Path, *, x: str, xlabel: str, series: str, metrics, ti
     from sim.metrics.plots import _plt, save
 
     plt = _plt()
+    markers, styles = "osD^vP*Xh<>", ["-", "--", "-.", ":"]
     for col, label, log in metrics:
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for name, g in df.groupby(series, sort=False):
-            ax.plot(g[x], g[col], marker="o", label=name, ls="--" if name == "no caching" else "-")
+        fig, ax = plt.subplots(figsize=(6.4, 4.6))
+        groups = list(df.groupby(series, sort=False))
+        same = coinciding({name: g[[x, col]].to_numpy(float) for name, g in groups})
+        for i, (name, g) in enumerate(groups):
+            # distinct marker and line style per series; a series that coincides with an
+            # earlier one is drawn hollow and larger, so both stay visible
+            hollow = name in same
+            ax.plot(g[x], g[col], marker=markers[i % len(markers)], ls=styles[i % len(styles)],
+                    ms=9 if hollow else 5, mfc="none" if hollow else None, label=name)
+        if same:
+            pairs = "; ".join(f"{b} = {a}" for b, a in same.items())
+            fig.text(0.01, 0.005, f"coinciding (identical at every point, drawn hollow): {pairs}. The policies "
+                     "made the same decisions on this workload (nothing for them to reorder or evict).",
+                     fontsize=6.5, wrap=True, va="bottom")
         ax.set(xlabel=xlabel, ylabel=label, title=title)
         if log:
             ax.set_yscale("log")

@@ -62,6 +62,10 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
     from sim.engine import run_engine
 
     cfg = load_config(config, overrides)
+    if cfg.workload.trace is not None and cfg.workload.trace.format == "auto":
+        from sim.workload.traces import detect_format
+
+        detect_format(cfg.workload.trace.path)  # a missing, empty, binary or unknown trace fails here, up front
     from sim.shards import shard_refusal
 
     why = shard_refusal(cfg)

@@ -1,13 +1,27 @@
 """The ``servesim`` command. Each subcommand lives in ``sim/commands/<name>.py`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func(args) -> int``; adding a
-command is one line in ``COMMANDS``. User errors (``ServesimError``) print one message and
-exit 2, never a traceback."""
+command is one line in ``COMMANDS``.
+
+``main`` is the one error boundary of the command line: whatever goes wrong ends as one line
+on stderr and an exit code, never a traceback.
+
+- bad usage (argparse) and the project's errors (``ServesimError``: config, trace, capacity;
+  ``CatalogError``): ``servesim: error: <message>``, exit 2;
+- Ctrl-C or SIGTERM: ``servesim: interrupted``, exit 130 (143 for SIGTERM);
+- stdout closed early (``servesim run | head``): quiet, exit 0 (the results folder is
+  already written);
+- anything else is a bug: ``servesim: internal error: <type>: <message>``, exit 1, with a hint
+  that ``SERVESIM_DEBUG=1`` shows the traceback (which is then raised as is).
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 import warnings
+from pathlib import Path
 
 from sim.errors import ServesimError, ServesimWarning
 
@@ -22,9 +36,28 @@ COMMANDS = [
     "sim.commands.validate_silicon",
 ]
 
+EXIT_USAGE = 2
+EXIT_BUG = 1
+EXIT_INTERRUPTED = 130
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (the usage is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class Interrupted(BaseException):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks (worker pools) run."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="servesim", description="Simulate LLM inference serving before buying GPUs.")
+    parser = Parser(prog="servesim", description="Simulate LLM inference serving before buying GPUs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
@@ -42,21 +75,88 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _python_showwarning = warnings.showwarning
 
 
+def check_out(args) -> None:
+    """``--out`` must be a folder or not exist yet (checked before any simulation runs)."""
+    out = getattr(args, "out", None)
+    if not out:
+        return
+    p = Path(out)
+    for q in (p, *p.parents):
+        if q.exists() and not q.is_dir():
+            what = "is a file" if q == p else f"lies under {q}, which is a file"
+            raise ServesimError(f"--out {out} {what}; give a folder")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ServesimError(f"--out {out} is not writable")
+
+
+def _on_sigterm(signum, frame):
+    raise Interrupted(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _show_warning
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
     try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2, its line already printed)
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    if not getattr(args, "func", None):
+        build_parser().print_help()
+        return 0
+    old = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
+    try:
+        check_out(args)
         return int(args.func(args) or 0)
-    except ServesimError as e:
-        print(f"servesim: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    except (KeyboardInterrupt, Interrupted) as e:
         print("servesim: interrupted", file=sys.stderr)
-        return 130
+        return 128 + e.signum if isinstance(e, Interrupted) else EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 (the boundary: one line, never a traceback)
+        if _is_user_error(e):
+            _say(f"servesim: error: {_one_line(e)}")
+            return EXIT_USAGE
+        if os.environ.get("SERVESIM_DEBUG"):
+            raise
+        _say(f"servesim: internal error: {type(e).__name__}: {_one_line(e)} "
+             "(a bug; SERVESIM_DEBUG=1 shows the traceback)")
+        return EXIT_BUG
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _is_user_error(e: BaseException) -> bool:
+    from sim.catalog import CatalogError
+
+    return isinstance(e, (ServesimError, CatalogError))
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 2000 else text[:2000] + " ..."
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (BrokenPipeError, ValueError):
+        pass
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe, point stdout at /dev/null so the interpreter's final flush is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout replaced (tests) or already closed
+        pass
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The typed, validated simulation config (DESIGN.md section 9).
+"""The typed, validated simulation config (docs/architecture.md section 9).
 
 Sections: ``model``, ``hardware``, ``dtype``, ``parallelism``, ``cluster``, ``scheduler``, ``kv``,
 ``workload``, ``slo``, ``cost``, ``engine``, ``faults``, ``output``, ``seed``. Every section rejects unknown keys, naming
@@ -16,13 +16,22 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from sim.cost.roofline import RooflineParams
-from sim.errors import ConfigError
+from sim.errors import ConfigError, ConfigTypeError
 from sim.kv.blocks import DEFAULT_BLOCK_SIZE
 from sim.workload.config import WorkloadConfig
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Frozen, unknown keys rejected, and every float finite: NaN and inf are errors in every
+    section (the one rule for all float fields, present and future)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+MAX_REPLICAS = 10_000
+"""Most replicas of one simulated cluster (each is a scheduler and a KV pool in memory)."""
+MAX_GPU_BLOCKS = 10_000_000
+"""Largest ``kv.num_gpu_blocks`` (160 M tokens at 16 per block: beyond any GPU's KV cache)."""
 
 
 class Parallelism(_Strict):
@@ -51,9 +60,9 @@ class Autoscale(_Strict):
 
 
 class Cluster(_Strict):
-    replicas: int = Field(default=1, ge=1, description="identical model replicas")
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="identical model replicas")
     router: str = "round_robin"
-    prefill_replicas: int = Field(default=0, ge=0, description=(
+    prefill_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS, description=(
         "prefill/decode disaggregation: the first N replicas only prefill, the others only decode "
         "(0: every replica does both)"))
     kv_transfer_gbps: float | None = Field(default=None, gt=0, description=(
@@ -82,7 +91,7 @@ class Cluster(_Strict):
 class SchedulerSection(BaseModel):
     """``name`` plus that policy's knobs (checked against the policy's own ``Knobs``)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
     name: str = "vllm_v1"
 
     @model_validator(mode="after")
@@ -101,14 +110,14 @@ class SchedulerSection(BaseModel):
 class KV(_Strict):
     block_size: int = Field(default=DEFAULT_BLOCK_SIZE, ge=1, le=1024, description="tokens per KV block")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    num_gpu_blocks: int | None = Field(default=None, ge=1, description="override: blocks a real engine reported")
-    runtime_overhead_gib: float = Field(default=1.0, ge=0, description="CUDA context, NCCL, graphs (per GPU)")
+    num_gpu_blocks: int | None = Field(default=None, ge=1, le=MAX_GPU_BLOCKS, description="override: blocks a real engine reported")
+    runtime_overhead_gib: float = Field(default=1.0, ge=0, le=1024, description="CUDA context, NCCL, graphs (per GPU)")
     watermark: float = Field(default=0.01, ge=0, lt=1, description="fraction of blocks kept free at admission")
     dtype: Literal["bf16", "fp16", "fp8"] | None = Field(default=None, description=(
         "KV-cache dtype; default = the activation dtype (precision.activations), as vLLM's "
         "kv_cache_dtype 'auto' keeps the model dtype even for fp8/fp4 weights"))
     preemption: Literal["recompute", "swap"] = "recompute"
-    swap_space_gib: float = Field(default=4.0, ge=0, description="host memory for swapped blocks, per GPU (vLLM default 4)")
+    swap_space_gib: float = Field(default=4.0, ge=0, le=1024, description="host memory for swapped blocks, per GPU (vLLM default 4)")
     prefix_caching: bool = False
     eviction: Literal["lru", "lfu", "fifo"] = "lru"
 
@@ -231,7 +240,18 @@ class Config(_Strict):
     engine: EngineSection = EngineSection()
     faults: Faults = Faults()
     output: Output = Output()
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+
+    @model_validator(mode="after")
+    def _runnable(self):
+        """The model splits over the parallelism: checked here, before any simulation, with the
+        rule the cost model applies (dtype support: ``_dtype_on_hardware``)."""
+        from sim.catalog import get_model
+
+        why = get_model(self.model).parallelism_problem(self.parallelism.tp, self.parallelism.pp)
+        if why:
+            raise ValueError(why)
+        return self
 
     @model_validator(mode="after")
     def _trace_format(self):
@@ -331,11 +351,14 @@ def _format_error(err: ValidationError, data: dict) -> str:
 
 
 def _coerce(value: str) -> Any:
-    """A --set value: YAML scalar syntax (numbers, true/false, null, lists)."""
+    """A --set value: YAML scalar syntax (numbers, true/false, null, lists); plain text when it
+    does not parse as YAML."""
     try:
-        return yaml.safe_load(value)
-    except yaml.YAMLError:
+        v = yaml.load(value, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except (yaml.YAMLError, ConfigError, ValueError, OverflowError, RecursionError):
         return value
+    check_keys(v, f"--set value {value!r}")
+    return v
 
 
 def _section_default(path: list[str]) -> dict:
@@ -378,21 +401,91 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def read_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"config file {path} does not exist")
+MAX_YAML_BYTES = 16 * 2**20
+"""Largest YAML file read (a config or sweep spec is a few KiB; this bounds memory)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that rejects a key repeated in one mapping (plain PyYAML keeps the
+    last value silently), naming the key and both lines."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key; the constructor below reports it
+                continue
+            line = key_node.start_mark.line + 1
+            if first is not None:
+                raise ConfigError(f"duplicated key {key!r} at line {line} (first at line {first})")
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _UniqueKeyLoader.construct_mapping)
+
+
+def parse_yaml(text: str, where: str) -> object:
+    """Parse YAML text with duplicate keys rejected; errors name ``where`` and the line."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML{at}: {problem}") from None
+    except (ValueError, OverflowError, RecursionError) as e:  # e.g. a timestamp out of range
+        raise ConfigError(f"{where}: not valid YAML: {e}") from None
+
+
+def check_keys(data, where: str = "config", path: str = "") -> None:
+    """Every mapping key is a string (a YAML key such as ``1:`` or ``true:`` is an error that
+    names its path)."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if not isinstance(k, str):
+                at = f" under {path}" if path else ""
+                raise ConfigError(f"{where}: key {k!r}{at} is a {type(k).__name__}; config keys are names")
+            check_keys(v, where, f"{path}.{k}" if path else k)
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            check_keys(v, where, f"{path}[{i}]")
+
+
+def read_yaml(path: str | Path) -> dict:
+    """A YAML mapping from a file: bounded size, duplicate and non-string keys rejected."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist" if not path.exists() else f"{path} is not a file")
+    if path.stat().st_size > MAX_YAML_BYTES:
+        raise ConfigError(f"{path}: {path.stat().st_size:,} bytes, larger than a config can be "
+                          f"({MAX_YAML_BYTES // 2**20} MiB)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file (not UTF-8)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    data = parse_yaml(text, str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    check_keys(data, str(path))
     return data
 
 
 def build_config(data: dict | None = None, overrides: list[str] | None = None) -> Config:
     """Validate a config dict (plus ``--set`` overrides); errors name the dotted key path."""
+    if overrides is not None and (isinstance(overrides, (str, bytes)) or not isinstance(overrides, (list, tuple))
+                                  or not all(isinstance(o, str) for o in overrides)):
+        raise ConfigTypeError(f"overrides must be a list of 'key=value' strings, got {type(overrides).__name__} "
+                              f"{str(overrides)[:60]!r}")
+    if not isinstance(data, dict) and data is not None:
+        raise ConfigTypeError(f"a config must be a dict of sections, got {type(data).__name__}")
+    check_keys(data or {})
     data = apply_overrides(data or {}, overrides or [])
     try:
         return Config(**data)
@@ -408,6 +501,9 @@ def load_config(source: str | Path | dict | Config | None = None, overrides: lis
         data = {}
     elif isinstance(source, dict):
         data = source
-    else:
+    elif isinstance(source, (str, Path)):
         data = read_yaml(source)
+    else:
+        raise ConfigTypeError(f"a config is a YAML path, a dict of sections, a Config or None; got "
+                              f"{type(source).__name__} {str(source)[:60]!r}")
     return build_config(data, overrides)

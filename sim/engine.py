@@ -25,7 +25,7 @@ from sim.cluster.disagg import Disaggregation
 from sim.cluster.faults import FaultLog, FaultSchedule, ScaledCost
 from sim.config import Config
 from sim.cost import make_cost_model
-from sim.cost.memory import plan_memory
+from sim.cost.memory import memory_for_config
 from sim.fastforward import decode_run, run_prefix, steady_decode
 from sim.kv import KVManager, make_kv_manager
 from sim.metrics.requestlog import RequestLog
@@ -124,11 +124,7 @@ class Engine:
         knobs = cfg.scheduler.knobs()
         tp, pp = cfg.parallelism.tp, cfg.parallelism.pp
         kv_dtype = cfg.kv_dtype
-        self.mem = plan_memory(
-            self.model, self.hw, tp=tp, pp=pp, dtype=cfg.dtype, kv_dtype=kv_dtype, block_size=cfg.kv.block_size,
-            gpu_memory_utilization=cfg.kv.gpu_memory_utilization, max_num_batched_tokens=knobs.max_step_tokens,
-            max_num_seqs=knobs.max_num_seqs, runtime_overhead_gib=cfg.kv.runtime_overhead_gib,
-            num_gpu_blocks=cfg.kv.num_gpu_blocks, act_dtype=cfg.precision.activations)
+        self.mem = memory_for_config(cfg, self.model, self.hw)
         self.cost = make_cost_model(cfg, self.model, self.hw)
         self.sched_cls, self.knobs = REGISTRY[cfg.scheduler.name], knobs
         sched_cls = self.sched_cls

@@ -10,6 +10,10 @@ class ConfigError(ServesimError):
     """A config key or value is wrong; the message names its dotted path."""
 
 
+class ConfigTypeError(ConfigError, TypeError):
+    """A Python caller passed a value of the wrong type (``simulate(5)``, a string of overrides)."""
+
+
 class TraceError(ServesimError):
     """A trace file is malformed; the message names the file and the 1-based physical line."""
 

@@ -1,6 +1,6 @@
 """A request's mutable serving state.
 
-Policies read it; only the engine's named functions change it (DESIGN.md section 2). Token
+Policies read it; only the engine's named functions change it (docs/architecture.md section 2). Token
 accounting follows the vLLM v1 rule: a request's ``num_tokens`` is its prompt plus the tokens it
 has generated; each step computes some of the not-yet-computed ones; when ``num_computed``
 catches up with ``num_tokens`` the step samples one new output token.

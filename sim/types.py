@@ -1,4 +1,4 @@
-"""The values that flow between the simulator's stages (DESIGN.md section 3).
+"""The values that flow between the simulator's stages (docs/architecture.md section 3).
 
 Every stage takes and returns these plain values, so each stage can be unit-tested without
 an event loop. They are deliberately small, immutable where they cross a stage boundary, and

@@ -24,19 +24,29 @@ def _validate(argv):
     return run(p.parse_args(argv))
 
 
-def test_cpu_profile_fit_simulate_replay(tmp_path):
+def test_cpu_profile_fit_simulate_replay(tmp_path, monkeypatch):
     from calibration.fit import fit
+
+    cwd = tmp_path / "cwd"  # validate must write nothing into the current folder
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     from kernels.profile import run as profile
 
     torch.set_num_threads(1)
     folder = profile("cpu", TINY, [1], ["bf16"], "small", tmp_path / "profiles", progress=False)
     fitted = fit(folder, tmp_path / "fitted")
+    before = {f: f.read_bytes() for f in fitted.rglob("*") if f.is_file()}
     res = _validate(["--fitted", str(fitted), "--device", "cpu", "--model", TINY, "--out", str(tmp_path / "val")])
+    # every output under --out: the input folder is unchanged, nothing lands elsewhere
+    assert {f: f.read_bytes() for f in fitted.rglob("*") if f.is_file()} == before
     v = json.loads((tmp_path / "val" / "validation.json").read_text())
     for k in ("kernel", "step", "ttft", "tpot"):
         assert 0 <= v[k]["median_ape"] < 10 and v[k]["p90_ape"] >= v[k]["median_ape"]
     assert (tmp_path / "val" / "step_scatter.png").is_file() and (tmp_path / "val" / "kernel_scatter.svg").is_file()
-    assert (fitted / "overhead.json").is_file()
+    copy = tmp_path / "val" / "fitted" / "cpu" / "llama-tiny"
+    assert (copy / "overhead.json").is_file() and (copy / "tables.npz").is_file()
+    assert v["meta"]["fitted"] == str(copy)
+    assert not any(cwd.iterdir())
     assert v["plans"]["source"] == "profiled" and v["plans"]["steps"] >= 50
     print(f"step median APE {res['step']['median_ape']:.1%}", file=sys.stderr)
     assert res["step"]["median_ape"] < STEP_MEDIAN_BOUND

@@ -10,7 +10,7 @@ from sim.sweep.runner import Driver
 from sim.sweep.store import RunStore
 
 BASE = {"model": "llama-3.1-8b", "hardware": "h100-sxm", "workload": {"num_requests": 100}}
-S = SearchSettings(ttft_p99_s=1.0, tpot_p99_s=0.1, seeds=(0, 1), rel_tol=0.1)
+S = SearchSettings(ttft_p99_s=1.0, tpot_p99_s=0.1, seeds=(0, 1), rel_tol=0.1, min_requests=100)
 
 
 def cap(tmp_path, cfg=BASE, s=S):
@@ -78,7 +78,7 @@ def test_unreachable_slo_gives_zero():
 
 
 def test_judge_requires_every_request_completed():
-    s = SearchSettings()
+    s = SearchSettings(min_requests=10)
     sm = {"requests": {"arrived": 10, "completed": 9}, "ttft_s": {"p99": 0.1}, "tpot_s": {"p99": 0.01}}
     assert judge(sm, s) == (False, "1 of 10 requests not completed")
     sm["requests"]["completed"] = 10
@@ -92,4 +92,56 @@ def test_cli_capacity(tmp_path, capsys):
                  "--out", str(tmp_path), "--workers", "1", "--quiet"]) == 0
     out = json.loads((tmp_path / "capacity.json").read_text())
     assert out["rps"]["min"] > 0 and len(out["per_seed"]) == 1
-    assert "req/s mean" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "sustained by every one of 1 seeds" in text and "precision:" in text
+
+
+def test_too_few_requests_are_not_judged():
+    s = SearchSettings(min_requests=200)
+    sm = {"requests": {"arrived": 50, "completed": 50}, "ttft_s": {"p99": 0.1}, "tpot_s": {"p99": 0.01}}
+    ok, why = judge(sm, s)
+    assert not ok and "too few to judge a p99" in why
+
+
+def test_probes_reach_min_requests_and_short_passes_are_not_within_slos(store):
+    s = SearchSettings(ttft_p99_s=1.0, tpot_p99_s=0.1, seeds=(0,), rel_tol=0.1, min_requests=150)
+    c = cap(store, s=s)
+    full = [p for p in c.per_seed[0].probes if p.stage == "full"]
+    for p in c.per_seed[0].probes:
+        if p.stage == "short":
+            assert p.reason != "within SLOs"
+    for p in full:
+        n = json.loads((RunStore(store).path(p.key) / "summary.json").read_text())["requests"]["arrived"]
+        assert n >= 150
+
+
+def test_seeds_vary_the_workload_and_precision_is_stated(store):
+    c = cap(store)
+    rates0 = {p.rate: p.key for p in c.per_seed[0].probes if p.stage == "full"}
+    rates1 = {p.rate: p.key for p in c.per_seed[1].probes if p.stage == "full"}
+    common = set(rates0) & set(rates1)
+    assert common
+    for r in common:  # same rate, other seed: other arrivals, other results
+        a = json.loads((RunStore(store).path(rates0[r]) / "summary.json").read_text())
+        b = json.loads((RunStore(store).path(rates1[r]) / "summary.json").read_text())
+        assert a["ttft_s"] != b["ttft_s"]
+    d = c.as_dict()
+    assert 0 < d["precision"] <= S.rel_tol + 1e-9
+    for sc in d["per_seed"]:
+        assert sc["rps"] < sc["fail_rps"] <= sc["rps"] * (1 + S.rel_tol) + 1e-9
+
+
+def test_capacity_and_plan_agree(tmp_path, capsys):
+    """The issue's check: the same candidate, SLOs and settings give one number from both
+    commands (one search routine; plan reuses every probe capacity ran)."""
+    from sim.cli import main
+
+    common = ["--seeds", "2", "--rel-tol", "0.2", "--num-requests", "100", "--slo-ttft-p99", "1", "--workers", "1",
+              "--quiet", "--out", str(tmp_path)]
+    assert main(["capacity", "--set", "scheduler.name=vllm_v1", *common]) == 0
+    capacity = json.loads((tmp_path / "capacity.json").read_text())["rps"]["min"]
+    main(["plan", "--model", "llama-3.1-8b", "--gpus", "h100-sxm", "--tp", "1", "--schedulers", "vllm_v1",
+          "--rate", str(capacity), *common])
+    meta = json.loads((tmp_path / "plan.json").read_text())
+    assert meta["capacity"]["h100-sxm tp1 vllm_v1"]["min"] == capacity
+    assert meta["runs"]["reused"] > 0

@@ -7,14 +7,14 @@ import pytest
 from sim.sweep.capacity import SearchSettings, judge
 from sim.sweep.plan import pareto_front, parse_schedulers, plan
 
-S = SearchSettings(ttft_p99_s=2.0, tpot_p99_s=0.1, seeds=(0,), rel_tol=0.1)
+S = SearchSettings(ttft_p99_s=2.0, tpot_p99_s=0.1, seeds=(0,), rel_tol=0.1, min_requests=150)
 
 
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory):
     out = tmp_path_factory.mktemp("plan70b")
     res = plan("llama-3.1-70b", 3.0, gpus=["h100-sxm", "a100-80gb", "mi300x"], tps=[1, 4], schedulers=[("vllm", ())],
-               settings=S, out=out, base={"workload": {"num_requests": 150}}, workers=2, progress=False)
+               settings=S, out=out, base={"workload": {"num_requests": 150}, "cost": {"model": "roofline"}}, workers=2, progress=False)
     return res
 
 

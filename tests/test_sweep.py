@@ -47,7 +47,7 @@ def test_resume_reuses_finished_runs_and_records_failures(tmp_path):
     assert len(t2) == 3 * 2 * 2 and t2["key"].is_unique
     assert c2["reused"] == 4 and c2["run"] == 2 and c2["failed"] == 6
     bad = t2[t2["status"] == "error"]
-    assert (bad["model"] == "llama-3.1-70b").all() and bad["error"].str.contains("CapacityError").all()
+    assert (bad["model"] == "llama-3.1-70b").all() and bad["error"].str.contains("does not fit on h100-sxm").all()
     for k in bad["key"]:
         assert (tmp_path / "runs" / k / "error.txt").is_file()
         assert not (tmp_path / "runs" / k / "summary.json").exists()

@@ -1,4 +1,4 @@
-"""Speed and memory of the simulator (DESIGN.md section 8). Prints its figures; asserts nothing.
+"""Speed and memory of the simulator (docs/architecture.md section 8). Prints its figures; asserts nothing.
 
     python experiments/bench/bench_engine.py            # all cases
     python experiments/bench/bench_engine.py --case azure
@@ -9,7 +9,7 @@ Cases:
   per second of wall time (one process, one core).
 - ``llama70b``: 3,000 requests of Llama-2-70B on two A100-80GB (tp=2) at 1 request/s with
   conversation-like lengths, figures off: total wall time of ``servesim run`` in a fresh process,
-  start-up included (the DESIGN target is under 2 s).
+  start-up included (the design target (docs/architecture.md section 8) is under 2 s).
 - ``scale``: N synthetic requests (default 200,000; ``--scale-requests``) on 8 replicas: wall time
   and peak resident memory, to extrapolate to a million (``--no-step-records``: without the
   per-step rows, as ``output.step_records: false``).

@@ -183,6 +183,22 @@ class ModelCard:
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.num_kv_heads * self.head_dim
 
+    def parallelism_problem(self, tp: int, pp: int = 1) -> str | None:
+        """Why this model cannot be split ``tp`` ways by tensor parallelism and into ``pp``
+        pipeline stages (None when it can): heads, the MLP width and layers must divide evenly;
+        KV heads must divide ``tp`` or be replicated over it, as in vLLM."""
+        if self.num_attention_heads % tp:
+            return f"tp={tp} does not divide {self.id}'s {self.num_attention_heads} attention heads"
+        if self.num_kv_heads and self.num_kv_heads % tp and tp % self.num_kv_heads:
+            return f"tp={tp} neither divides nor is a multiple of {self.id}'s {self.num_kv_heads} KV heads"
+        if self.dense_layers and self.intermediate_size % tp:
+            return f"tp={tp} does not divide {self.id}'s MLP intermediate size {self.intermediate_size}"
+        if self.is_moe and self.expert_intermediate % tp:
+            return f"tp={tp} does not divide {self.id}'s expert intermediate size {self.expert_intermediate}"
+        if self.num_layers % pp:
+            return f"pp={pp} does not divide {self.id}'s {self.num_layers} layers"
+        return None
+
     def kv_bytes_per_token(self, dtype: str = "bf16") -> int:
         """KV-cache bytes one token occupies across the whole model (all layers, K and V)."""
         return int(self.num_layers * self.kv_elems_per_token_per_layer * DTYPE_BYTES[dtype])

@@ -2,17 +2,15 @@
 simulator and print the error per metric (docs/sim_vs_real.md)."""
 from __future__ import annotations
 
-import argparse
-
-from sim.commands.common import add_config_args, shortcut_sets
+from sim.commands.common import HelpFormatter, add_config_args, nonneg_int, positive_int, shortcut_sets
 
 SHORTCUTS = [
     ("--model", "model", str, "catalog model id (default: from the result's model_id)"),
     ("--hardware", "hardware", str, "catalog hardware id of the server's GPUs"),
-    ("--tp", "parallelism.tp", int, "tensor-parallel degree"),
+    ("--tp", "parallelism.tp", positive_int, "tensor-parallel degree"),
     ("--scheduler", "scheduler.name", str, "scheduling policy"),
-    ("--num-gpu-blocks", "kv.num_gpu_blocks", int, "KV blocks the vLLM server logged (# GPU blocks)"),
-    ("--seed", "seed", int, "seed for the synthesized arrivals"),
+    ("--num-gpu-blocks", "kv.num_gpu_blocks", positive_int, "KV blocks the vLLM server logged (# GPU blocks)"),
+    ("--seed", "seed", nonneg_int, "seed for the synthesized arrivals"),
 ]
 
 
@@ -20,7 +18,7 @@ def register(sub) -> None:
     p = sub.add_parser("compare", help="simulate a recorded vllm bench serve run and report the error per metric",
                        description="Replay the workload of a `vllm bench serve --save-result [--save-detailed]` "
                                    "result in the simulator and compare TTFT, TPOT, ITL, E2E and throughput.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("result", help="result JSON written by vllm bench serve --save-result")
     p.add_argument("config", nargs="?", help="servesim config YAML describing the server (model, hardware, tp, scheduler, kv)")
     p.add_argument("--out", default="results/compare", help="output folder")

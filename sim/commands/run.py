@@ -1,31 +1,29 @@
 """``servesim run``: one simulation, a results folder and a summary table."""
 from __future__ import annotations
 
-import argparse
-
-from sim.commands.common import add_config_args, shortcut_sets
+from sim.commands.common import HelpFormatter, add_config_args, nonneg_int, positive_float, positive_int, shortcut_sets
 
 SHORTCUTS = [
     ("--model", "model", str, "catalog model id (e.g. llama-3.1-70b), a card .yaml or a Hugging Face config.json"),
     ("--hardware", "hardware", str, "catalog hardware id, e.g. a100-80gb"),
     ("--dtype", "dtype", str, "weight dtype: bf16, fp16, fp8, nvfp4 (Blackwell), mxfp4 (gpt-oss)"),
-    ("--tp", "parallelism.tp", int, "tensor-parallel degree"),
-    ("--pp", "parallelism.pp", int, "pipeline stages"),
+    ("--tp", "parallelism.tp", positive_int, "tensor-parallel degree"),
+    ("--pp", "parallelism.pp", positive_int, "pipeline stages"),
     ("--cost-model", "cost.model", str, "auto, kerneldb, profiled or roofline"),
     ("--framework", "cost.framework", str, "serving framework priced by the kernel database: vllm, sglang, trtllm"),
     ("--framework-version", "cost.framework_version", str, "framework version in the kernel database (default newest)"),
-    ("--replicas", "cluster.replicas", int, "identical replicas"),
+    ("--replicas", "cluster.replicas", positive_int, "identical replicas"),
     ("--scheduler", "scheduler.name", str, "scheduling policy"),
-    ("--rate", "workload.rate", float, "arrival rate (req/s); with --trace, rescales the trace to it"),
-    ("--num-requests", "workload.num_requests", int, "requests to simulate (with --trace: its first N rows)"),
-    ("--seed", "seed", int, "random seed"),
-    ("--workers", "engine.workers", int, "processes for replicas that share no state (round robin)"),
+    ("--rate", "workload.rate", positive_float, "arrival rate (req/s); with --trace, rescales the trace to it"),
+    ("--num-requests", "workload.num_requests", positive_int, "requests to simulate (with --trace: its first N rows)"),
+    ("--seed", "seed", nonneg_int, "random seed"),
+    ("--workers", "engine.workers", positive_int, "processes for replicas that share no state (round robin)"),
 ]
 
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run one simulation", description="Run one simulation and write a results folder.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=HelpFormatter)
     p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")
     p.add_argument("--out", default="results/run", help="results folder")
     add_config_args(p, SHORTCUTS)

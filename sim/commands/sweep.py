@@ -11,25 +11,35 @@ import os
 import time
 from pathlib import Path
 
-from sim.commands.common import add_set_arg
+from sim.commands.common import HelpFormatter, add_set_arg, int_list, positive_float, positive_int
 
-F = argparse.ArgumentDefaultsHelpFormatter
+F = HelpFormatter
 
 
 def _backend_args(p) -> None:
-    p.add_argument("--workers", type=int, default=max(1, min(os.cpu_count() or 1, 8)),
+    p.add_argument("--workers", type=positive_int, default=max(1, min(os.cpu_count() or 1, 8)),
                    help="parallel simulations (local process pool; 1 = in this process)")
     p.add_argument("--backend", choices=["local", "ray"], default="local", help="where runs execute")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _slo_args(p, seeds: int) -> None:
-    p.add_argument("--slo-ttft-p99", type=float, default=2.0, help="p99 TTFT limit (s)")
-    p.add_argument("--slo-tpot-p99", type=float, default=0.1, help="p99 TPOT limit (s)")
-    p.add_argument("--seeds", type=int, default=seeds, help="seeds 0..N-1 (each searched separately)")
-    p.add_argument("--start-rate", type=float, default=1.0, help="first rate probed (req/s)")
-    p.add_argument("--rel-tol", type=float, default=0.05, help="stop bisecting when hi/lo <= 1 + this")
+def _slo_args(p, seeds: int = 3) -> None:
+    """The search settings shared by ``capacity`` and ``plan``: same flags, same defaults, so
+    both give the same capacity for the same candidate."""
+    from sim.sweep.capacity import PROBE_REQUESTS, SearchSettings
+
+    d = SearchSettings()
+    p.add_argument("--slo-ttft-p99", type=positive_float, default=d.ttft_p99_s, metavar="S", help="p99 TTFT limit (s)")
+    p.add_argument("--slo-tpot-p99", type=positive_float, default=d.tpot_p99_s, metavar="S", help="p99 TPOT limit (s)")
+    p.add_argument("--seeds", type=positive_int, default=seeds, metavar="N",
+                   help="seeds 0..N-1: each its own arrivals and lengths, searched separately")
+    p.add_argument("--start-rate", type=positive_float, default=d.start_rate, metavar="RATE", help="first rate probed (req/s)")
+    p.add_argument("--rel-tol", type=positive_float, default=d.rel_tol, metavar="FRACTION",
+                   help="precision: stop bisecting when hi/lo <= 1 + this")
+    p.add_argument("--num-requests", type=positive_int, default=PROBE_REQUESTS, metavar="N",
+                   help=f"requests per probe, raised to cover {d.min_window_s:g} s of arrivals and at least "
+                        f"{d.min_requests} (default {PROBE_REQUESTS}, the same for capacity and plan)")
     p.add_argument("--no-early-stop", action="store_true", help="always simulate every request of a probe")
 
 
@@ -45,11 +55,11 @@ def _base(args) -> dict:
     from sim.config import apply_overrides, read_yaml
 
     data = read_yaml(args.config) if getattr(args, "config", None) else {}
-    sets = list(getattr(args, "sets", []) or [])
-    if getattr(args, "num_requests", None):
+    sets = []
+    if getattr(args, "num_requests", None):  # first, so that an explicit --set wins (as in plan)
         key = "workload.trace.num_requests" if (data.get("workload") or {}).get("trace") else "workload.num_requests"
         sets.append(f"{key}={args.num_requests}")
-    return apply_overrides(data, sets)
+    return apply_overrides(data, sets + list(getattr(args, "sets", []) or []))
 
 
 def register(sub) -> None:
@@ -67,8 +77,7 @@ def register(sub) -> None:
     p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")
     p.add_argument("--out", default="results/capacity", help="folder for capacity.json and the run store")
     add_set_arg(p, "config override")
-    p.add_argument("--num-requests", type=int, default=None, help="requests per probe (default: the config's)")
-    _slo_args(p, 3)
+    _slo_args(p)
     _backend_args(p)
     p.set_defaults(func=cmd_capacity)
 
@@ -77,16 +86,16 @@ def register(sub) -> None:
                                    "within the p99 SLOs; writes plan.parquet, plan.md, figures/pareto.{png,svg} and the "
                                    "chosen fleet as a runnable config.yaml.")
     p.add_argument("--model", required=True, help="catalog model id")
-    p.add_argument("--rate", type=float, required=True, help="target arrival rate (req/s)")
+    p.add_argument("--rate", type=positive_float, required=True, help="target arrival rate (req/s)")
     p.add_argument("--gpus", default="h100-sxm,a100-80gb,h200-sxm,b200", help="hardware ids, comma-separated")
-    p.add_argument("--tp", default="1,2,4,8", help="tensor-parallel degrees, comma-separated")
+    p.add_argument("--tp", type=int_list, default=[1, 2, 4, 8], metavar="TP,TP,...",
+                   help="tensor-parallel degrees, comma-separated (default: 1,2,4,8)")
     p.add_argument("--schedulers", default="vllm_v1", help="schedulers, comma-separated; knobs as name+key=value")
     p.add_argument("--workload", default=None, help="YAML with a workload section (or a whole config)")
     p.add_argument("--trace", default=None, help="trace file replayed (rescaled to each probed rate)")
-    p.add_argument("--num-requests", type=int, default=600, help="requests per simulation")
     add_set_arg(p, "config override")
     p.add_argument("--out", required=True, help="plan folder")
-    _slo_args(p, 1)
+    _slo_args(p)
     _backend_args(p)
     p.set_defaults(func=cmd_plan)
 
@@ -96,9 +105,9 @@ def register(sub) -> None:
     p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")
     p.add_argument("--a", action="append", default=[], metavar="KEY=VALUE", help="override for A (repeatable)")
     p.add_argument("--b", action="append", default=[], metavar="KEY=VALUE", help="override for B (repeatable)")
-    p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1")
+    p.add_argument("--seeds", type=positive_int, default=5, help="seeds 0..N-1")
     add_set_arg(p, "override for both")
-    p.add_argument("--num-requests", type=int, default=None, help="requests per run (default: the config's)")
+    p.add_argument("--num-requests", type=positive_int, default=None, help="requests per run (default: the config's)")
     p.add_argument("--out", default="results/ab", help="folder for ab.json, ab.md and the run store")
     _backend_args(p)
     p.set_defaults(func=cmd_ab)
@@ -110,13 +119,23 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_report)
 
 
+SWEEP_COLUMNS = ("ttft_s.p50", "ttft_s.p99", "tpot_s.p99", "throughput.output_tokens_per_s", "goodput.slo_attainment",
+                 "cost.usd_per_million_output_tokens")
+"""The metrics of the table ``sweep`` prints at the end (results.parquet holds them all)."""
+
+
 def cmd_sweep(args) -> int:
     from sim.sweep.spec import load_spec
     from sim.sweep.sweep import run_sweep
 
+    from sim.metrics.labels import text_table
+
     spec = load_spec(args.spec)
     table, c = run_sweep(spec, args.out, workers=args.workers, backend=args.backend, address=args.address,
                          progress=False if args.quiet else None)
+    cols = [k for k in spec.varied if k in table] + ["seed", "status"] + [
+        k for k in SWEEP_COLUMNS if k in table]
+    print(text_table(table.to_dict("records"), cols))
     print(f"sweep: {c['points']} runs: {c['reused']} reused, {c['run']} run, {c['failed']} failed "
           f"({c['wall_s']:.1f} s); table {args.out}/results.parquet")
     for _, r in table[table["status"] == "error"].iterrows():
@@ -126,16 +145,17 @@ def cmd_sweep(args) -> int:
 
 def cmd_capacity(args) -> int:
     from sim.config import load_config
-    from sim.sweep.capacity import find_capacity
+    from sim.sweep.capacity import find_capacity, probe_estimate, with_slos
     from sim.sweep.runner import Driver
     from sim.sweep.store import RunStore
 
-    base = _base(args)
-    cfg = load_config(base)
     s = _settings(args)
+    base = with_slos(_base(args), s)
+    cfg = load_config(base)
     out = Path(args.out)
     t0 = time.perf_counter()
-    d = Driver(RunStore(out), args.backend, args.workers, args.address, False if args.quiet else None, desc="probes")
+    d = Driver(RunStore(out), args.backend, args.workers, args.address, False if args.quiet else None, desc="probes",
+               total=probe_estimate(s, len(s.seeds)))
     cap = find_capacity(base, s, d)
     res = {"kind": "capacity", "model": cfg.model, "hardware": cfg.hardware, "tp": cfg.parallelism.tp,
            "replicas": cfg.cluster.replicas, "scheduler": cfg.scheduler.name, **cap.as_dict(),
@@ -145,10 +165,14 @@ def cmd_capacity(args) -> int:
     (out / "capacity.json").write_text(json.dumps(res, indent=2) + "\n")
     r = res["rps"]
     print(f"{cfg.model} on {cfg.cluster.replicas} x {cfg.parallelism.tp} {cfg.hardware}, {cfg.scheduler.name}: capacity "
-          f"{r['mean']:.3g} req/s mean (min {r['min']:.3g}, max {r['max']:.3g}) over {len(s.seeds)} seeds within p99 TTFT <= "
-          f"{s.ttft_p99_s:g} s, p99 TPOT <= {s.tpot_p99_s * 1e3:g} ms")
+          f"{r['min']:.4g} req/s (sustained by every one of {len(s.seeds)} seeds; mean {r['mean']:.4g}, max {r['max']:.4g}) "
+          f"within p99 TTFT <= {s.ttft_p99_s:g} s, p99 TPOT <= {s.tpot_p99_s * 1e3:g} ms")
+    print(f"precision: each seed's capacity lies between the rate that passed and the next that failed, at most "
+          f"{100 * cap.precision:.1f}% apart (--rel-tol {s.rel_tol:g}); probes of at least {s.min_requests} requests "
+          f"and {s.min_window_s:g} s of arrivals")
     for c in cap.per_seed:
-        print(f"  seed {c.seed}: {c.rps:.4g} req/s ({'at least; ' if c.capped else ''}limit {c.reason})")
+        bracket = f"[{c.rps:.4g}, {c.fail_rps:.4g})" if c.fail_rps else f">= {c.rps:.4g}"
+        print(f"  seed {c.seed}: {c.rps:.4g} req/s in {bracket} ({'at least; ' if c.capped else ''}limit {c.reason})")
     print(f"runs: {d.counts.line()}; {res['wall_s']:.1f} s; {out}/capacity.json")
     return 0
 
@@ -166,7 +190,7 @@ def cmd_plan(args) -> int:
     key = "workload.trace.num_requests" if args.trace or (base.get("workload") or {}).get("trace") else "workload.num_requests"
     base = apply_overrides(base, [f"{key}={args.num_requests}"] + list(args.sets))
     res = plan(args.model, args.rate, gpus=[g.strip() for g in args.gpus.split(",") if g.strip()],
-               tps=[int(t) for t in args.tp.split(",") if t.strip()], schedulers=parse_schedulers(args.schedulers),
+               tps=args.tp, schedulers=parse_schedulers(args.schedulers),
                settings=_settings(args), out=args.out, base=base, workers=args.workers, backend=args.backend,
                address=args.address, progress=False if args.quiet else None)
     print((Path(args.out) / "plan.md").read_text())

@@ -2,9 +2,21 @@
 from __future__ import annotations
 
 
-def _ms(d: dict, k: str) -> str:
-    v = d.get(k)
-    return "-" if v is None else f"{v * 1e3:,.1f}"
+UNITS = (("ms", 1e-3, 1.0), ("s", 1.0, 60.0), ("min", 60.0, 3600.0), ("h", 3600.0, float("inf")))
+"""(unit, seconds per unit, below this many seconds): a duration takes the first unit it fits."""
+COL = 12
+
+
+def duration(v: float | None) -> str:
+    """A duration in seconds, in the unit that keeps it short: 812.3 ms, 14.20 s, 35.1 min, 26.0 h.
+    The text never exceeds ``COL - 1`` characters, so the table's columns stay aligned."""
+    if v is None:
+        return "-"
+    for unit, scale, below in UNITS:  # the last unit takes everything
+        if abs(v) < below:
+            x = v / scale
+            digits = 1 if unit == "ms" else 2 if abs(x) < 100 else 1 if abs(x) < 1000 else 0
+            return f"{x:,.{digits}f} {unit}"
 
 
 def _by_reason(reasons: dict) -> str:
@@ -44,10 +56,10 @@ def print_summary(s: dict, cfg) -> None:
         clip = wl.get(key)
         if isinstance(clip, dict) and (clip.get("prompt") or clip.get("output")):
             print(f"clipped {what}: {clip['prompt']:,} prompts, {clip['output']:,} outputs")
-    print(f"{'metric (ms)':<12}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
+    print(f"{'metric':<8}" + "".join(f"{k:>{COL}}" for k in ("mean", "p50", "p90", "p99")))
     for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"), ("queue_s", "queue")):
         d = s[key]
-        print(f"{name:<12}" + "".join(f"{_ms(d, k):>10}" for k in ("mean", "p50", "p90", "p99")))
+        print(f"{name:<8}" + "".join(f"{duration(d.get(k)):>{COL}}" for k in ("mean", "p50", "p90", "p99")))
     t, g, c = s["throughput"], s["goodput"], s["cost"]
     print(f"throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.0f} output tok/s | "
           f"goodput {g['requests_per_s']:.2f} req/s ({100 * (g['slo_attainment'] or 0):.1f}% within "

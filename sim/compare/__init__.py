@@ -88,17 +88,27 @@ def compare(result: str | Path, config: str | Path | None = None, *, overrides: 
     res = load_vllm_bench(result)
     notes: list[str] = []
     csv_path = out / "workload.csv"
-    # The seed for synthesized arrivals: the result's own (--metadata seed=N) if present.
     cfg = _sim_config(config, list(overrides or []), res, csv_path, notes)
+    # the seed for synthesized arrivals: the result's own (--metadata seed=N) if present
     seed = res.meta["seed"] if res.meta.get("seed") is not None else cfg.seed
     rb = rebuild(res, seed=seed, arrivals=arrivals)
     notes += rb.notes
     write_workload(rb, csv_path)
     summary, req, itl = _simulate(cfg, out / "sim")
-
     real = real_metrics(res)
-    sim = sim_metrics(req, itl, summary)
-    cmp = comparison(real, sim)
+    cmp = comparison(real, sim_metrics(req, itl, summary))
+    checks = _checks(res, real, notes)
+    notes += _sim_notes(summary)
+    figures = _figures(res, req, itl, cfg, out) if plots else []
+    report = _report(res, rb, cfg, summary, cmp, checks, notes, figures, csv_path)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "comparison.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def _checks(res: BenchResult, real: dict, notes: list[str]) -> dict:
+    """Consistency checks of the result file itself (its stated aggregates against its
+    per-request lists; tokens per streamed chunk); each finding is also added to ``notes``."""
     checks = {"detail_vs_file": detail_vs_file(res, real)}
     for k, v in checks["detail_vs_file"].items():
         if v["rel_diff"] is not None and abs(v["rel_diff"]) > DETAIL_TOLERANCE:
@@ -113,28 +123,49 @@ def compare(result: str | Path, config: str | Path | None = None, *, overrides: 
                          "chunk, the simulated per token, so compare TPOT rather than ITL")
         if len(ok) != res.completed:
             notes.append(f"'completed' says {res.completed} but the per-request lists hold {len(ok)} successful requests")
-    failed = int((~res.requests["ok"]).sum()) if res.detailed else res.failed
+    return checks
+
+
+def _sim_notes(summary: dict) -> list[str]:
     sr = summary["requests"]
-    if sr["rejected"] or sr["unfinished"]:
-        notes.append(f"the simulator rejected {sr['rejected']} and left {sr['unfinished']} requests unfinished "
-                     f"({', '.join(f'{k} {v}' for k, v in sr['rejected_by_reason'].items()) or 'no reasons'}); "
-                     "they are missing from the simulated metrics")
+    if not (sr["rejected"] or sr["unfinished"]):
+        return []
+    return [f"the simulator rejected {sr['rejected']} and left {sr['unfinished']} requests unfinished "
+            f"({', '.join(f'{k} {v}' for k, v in sr['rejected_by_reason'].items()) or 'no reasons'}); "
+            "they are missing from the simulated metrics"]
 
-    figures = []
-    if plots:
-        from sim.compare.plots import plot_cdfs
 
-        done = req[req["status"] == "finished"]
-        sim_vals = {"ttft_s": done["ttft_s"].to_numpy(), "tpot_s": done["tpot_s"].to_numpy(), "itl_s": itl,
-                    "e2e_s": done["e2e_s"].to_numpy()}
-        real_vals = ({"ttft_s": res.ok["ttft_s"].to_numpy(), "tpot_s": res.ok["tpot_s"].to_numpy(),
-                      "itl_s": res.itl_s, "e2e_s": res.ok["e2e_s"].to_numpy()} if res.detailed else None)
-        title = f"{cfg.model} on {cfg.parallelism.tp}x {cfg.hardware}, {cfg.scheduler.name}; real: {res.path.name}"
-        figures = [str(Path(f).relative_to(out)) for f in plot_cdfs(real_vals, res.file_metrics, sim_vals, out / "plots", title)]
+def _figures(res: BenchResult, req, itl, cfg, out: Path) -> list[str]:
+    """Overlaid real / simulated CDFs; paths relative to ``out``."""
+    from sim.compare.plots import plot_cdfs
 
+    done = req[req["status"] == "finished"]
+    sim_vals = {"ttft_s": done["ttft_s"].to_numpy(), "tpot_s": done["tpot_s"].to_numpy(), "itl_s": itl,
+                "e2e_s": done["e2e_s"].to_numpy()}
+    real_vals = ({"ttft_s": res.ok["ttft_s"].to_numpy(), "tpot_s": res.ok["tpot_s"].to_numpy(),
+                  "itl_s": res.itl_s, "e2e_s": res.ok["e2e_s"].to_numpy()} if res.detailed else None)
+    title = f"{cfg.model} on {cfg.parallelism.tp}x {cfg.hardware}, {cfg.scheduler.name}; real: {res.path.name}"
+    return [str(Path(f).relative_to(out)) for f in plot_cdfs(real_vals, res.file_metrics, sim_vals, out / "plots", title)]
+
+
+DEFINITIONS = {
+    "error": "(sim - real) / real; negative = simulator optimistic",
+    "ttft_s": "first token (real: first streamed chunk) - arrival (real: request sent)",
+    "tpot_s": "(E2E - TTFT) / (output tokens - 1), requests with > 1 output token, one value per request",
+    "itl_s": "real: gaps between streamed chunks (vLLM); sim: gaps between tokens; equal at 1 token per chunk",
+    "e2e_s": "last token (real: last chunk) - arrival (real: request sent)",
+    "throughput": "real: completed / benchmark duration; sim: completed / makespan (first arrival to last step)",
+    "percentiles": "numpy.percentile, linear interpolation (as vLLM)",
+}
+
+
+def _report(res: BenchResult, rb, cfg, summary: dict, cmp: dict, checks: dict, notes: list[str], figures: list[str],
+            csv_path: Path) -> dict:
+    """The comparison.json document."""
     from sim.metrics.summary import clean_json
 
-    m = res.meta
+    m, sr = res.meta, summary["requests"]
+    failed = int((~res.requests["ok"]).sum()) if res.detailed else res.failed
     report = clean_json({
         "source": {"file": res.path.name, "tool": "vllm bench serve", "detail": res.detailed,
                    **{k: _inf(m.get(k)) for k in ("date", "backend", "model_id", "num_prompts", "request_rate", "burstiness",
@@ -151,20 +182,10 @@ def compare(result: str | Path, config: str | Path | None = None, *, overrides: 
         "metrics": {k: v for k, v in cmp.items() if k != "throughput"},
         "throughput": cmp["throughput"],
         "scope": "per-request distributions" if res.detailed else "aggregate metrics only (summary-only result)",
-        "definitions": {
-            "error": "(sim - real) / real; negative = simulator optimistic",
-            "ttft_s": "first token (real: first streamed chunk) - arrival (real: request sent)",
-            "tpot_s": "(E2E - TTFT) / (output tokens - 1), requests with > 1 output token, one value per request",
-            "itl_s": "real: gaps between streamed chunks (vLLM); sim: gaps between tokens; equal at 1 token per chunk",
-            "e2e_s": "last token (real: last chunk) - arrival (real: request sent)",
-            "throughput": "real: completed / benchmark duration; sim: completed / makespan (first arrival to last step)",
-            "percentiles": "numpy.percentile, linear interpolation (as vLLM)",
-        },
+        "definitions": DEFINITIONS,
         "checks": checks,
         "notes": notes,
         "figures": figures,
     })
     report["table"] = format_table(cmp)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "comparison.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -1,6 +1,6 @@
 """Real and simulated metrics under the same definitions, and the signed error between them.
 
-Both sides use vLLM's benchmark definitions, which match ours (DESIGN.md section 4) except
+Both sides use vLLM's benchmark definitions, which match ours (docs/architecture.md section 4) except
 where stated: TTFT per successful request; TPOT = (E2E - TTFT) / (output tokens - 1) for
 requests with more than one output token, one value per request; ITL = every gap, pooled;
 E2E = last token - arrival (vLLM: last chunk - request sent). mean / p50 / p90 / p99 by

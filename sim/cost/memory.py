@@ -1,4 +1,4 @@
-"""KV-cache capacity the way vLLM derives it (DESIGN.md section 5).
+"""KV-cache capacity the way vLLM derives it (docs/architecture.md section 5).
 
     usable = GPU memory x gpu_memory_utilization - weights per GPU - activation peak - runtime overhead
     blocks = floor(usable / (block_size x KV bytes per token per GPU))
@@ -112,12 +112,36 @@ def activation_peak(model: ModelCard, tp: int, dtype: str, max_num_batched_token
     return b * per_token * max_num_batched_tokens + logits
 
 
+class MemoryShortfall(CapacityError):
+    """The model does not fit: a CapacityError that carries the numbers as fields (GiB per GPU),
+    so callers (``plan``) state the reason without parsing the message."""
+
+    def __init__(self, model: str, hardware: str, tp: int, pp: int, dtype: str, utilization: float,
+                 plan: MemoryPlan):
+        self.model, self.hardware, self.tp, self.pp, self.dtype = model, hardware, tp, pp, dtype
+        self.utilization, self.plan = utilization, plan
+        p = plan
+        self.usable_gib = (p.budget_bytes - p.weights_bytes - p.activation_bytes - p.overhead_bytes) / GIB
+        super().__init__(
+            f"{model} does not fit on {hardware} with tp={tp}, pp={pp}: per GPU {p.gpu_bytes / GIB:.1f} GiB x "
+            f"gpu_memory_utilization {utilization} = {p.budget_bytes / GIB:.1f} GiB, but {self.short()}, leaving "
+            f"{self.usable_gib:.2f} GiB for the KV cache (one block = {p.block_bytes / 2**20:.2f} MiB). "
+            f"Raise tp/pp, use a larger GPU or fp8 weights.")
+
+    def short(self) -> str:
+        """The numbers in a few words: what needs the memory."""
+        p = self.plan
+        return (f"weights need {p.weights_bytes / GIB:.1f} GiB ({self.dtype}), activations "
+                f"{p.activation_bytes / GIB:.1f} GiB and runtime overhead {p.overhead_bytes / GIB:.1f} GiB "
+                f"of {p.budget_bytes / GIB:.1f} GiB")
+
+
 def plan_memory(model: ModelCard, hw: HardwareCard, *, tp: int, pp: int, dtype: str, kv_dtype: str,
                 block_size: int, gpu_memory_utilization: float, max_num_batched_tokens: int,
                 max_num_seqs: int, runtime_overhead_gib: float = 1.0,
                 num_gpu_blocks: int | None = None, act_dtype: str = "bf16") -> MemoryPlan:
-    """Blocks of KV cache per GPU; raises CapacityError naming the numbers when nothing fits.
-    ``dtype`` is the weight dtype, ``act_dtype`` the activation dtype."""
+    """Blocks of KV cache per GPU; raises MemoryShortfall (a CapacityError with the numbers as
+    fields) when nothing fits. ``dtype`` is the weight dtype, ``act_dtype`` the activation dtype."""
     gpu = hw.usable_memory_bytes
     budget = gpu * gpu_memory_utilization
     weights = weights_per_gpu(model, tp, pp, dtype, act_dtype)
@@ -129,12 +153,19 @@ def plan_memory(model: ModelCard, hw: HardwareCard, *, tp: int, pp: int, dtype: 
         return MemoryPlan(gpu, budget, weights, act, over, kv_tok, block_bytes, num_gpu_blocks, False)
     usable = budget - weights - act - over
     blocks = int(usable // block_bytes) if usable > 0 else 0
+    plan = MemoryPlan(gpu, budget, weights, act, over, kv_tok, block_bytes, blocks, True)
     if blocks <= 0:
-        raise CapacityError(
-            f"{model.id} does not fit on {hw.id} with tp={tp}, pp={pp}: per GPU {gpu / GIB:.1f} GiB x "
-            f"gpu_memory_utilization {gpu_memory_utilization} = {budget / GIB:.1f} GiB, but weights need "
-            f"{weights / GIB:.1f} GiB ({dtype}), activations {act / GIB:.1f} GiB and runtime overhead "
-            f"{over / GIB:.1f} GiB, leaving {usable / GIB:.2f} GiB for the KV cache "
-            f"(one block = {block_bytes / 2**20:.2f} MiB). Raise tp/pp, use a larger GPU or fp8 weights."
-        )
-    return MemoryPlan(gpu, budget, weights, act, over, kv_tok, block_bytes, blocks, True)
+        raise MemoryShortfall(model.id, hw.id, tp, pp, dtype, gpu_memory_utilization, plan)
+    return plan
+
+
+def memory_for_config(cfg, model: ModelCard, hw: HardwareCard) -> MemoryPlan:
+    """``plan_memory`` with every argument taken from a Config: the one place that maps config
+    keys to the memory plan (the engine and ``plan`` both call it)."""
+    knobs = cfg.scheduler.knobs()
+    return plan_memory(model, hw, tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype,
+                       kv_dtype=cfg.kv_dtype, block_size=cfg.kv.block_size,
+                       gpu_memory_utilization=cfg.kv.gpu_memory_utilization,
+                       max_num_batched_tokens=knobs.max_step_tokens, max_num_seqs=knobs.max_num_seqs,
+                       runtime_overhead_gib=cfg.kv.runtime_overhead_gib, num_gpu_blocks=cfg.kv.num_gpu_blocks,
+                       act_dtype=cfg.precision.activations)

@@ -82,14 +82,8 @@ class ShardShapes:
 
 def shard_shapes(model, tp: int) -> ShardShapes:
     """Shapes of one GPU's shard of ``model`` (a ModelCard) at tensor-parallel degree ``tp``."""
-    if model.num_attention_heads % tp:
-        raise ValueError(
-            f"tensor parallelism tp={tp} does not divide {model.id}'s {model.num_attention_heads} attention heads"
-        )
-    if model.dense_layers and model.intermediate_size % tp:
-        raise ValueError(f"tp={tp} does not divide {model.id}'s intermediate size {model.intermediate_size}")
-    if model.is_moe and model.expert_intermediate % tp:
-        raise ValueError(f"tp={tp} does not divide {model.id}'s expert intermediate size {model.expert_intermediate}")
+    if (why := model.parallelism_problem(tp)) is not None:
+        raise ValueError(why)
     q_heads = model.num_attention_heads // tp
     kv_heads = max(1, model.num_kv_heads // tp)
     d, h = model.head_dim, model.hidden_size

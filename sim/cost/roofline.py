@@ -116,8 +116,8 @@ class RooflineCostModel:
     def __init__(self, model: ModelCard, hw: HardwareCard, *, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", kv_dtype: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  params: RooflineParams | None = None, act_dtype: str = "bf16", comm_dtype: str | None = None):
-        if model.num_layers % pp:
-            raise ValueError(f"pp={pp} does not divide {model.id}'s {model.num_layers} layers")
+        if (why := model.parallelism_problem(tp, pp)) is not None:
+            raise ValueError(why)
         self.model, self.hw, self.tp, self.pp = model, hw, tp, pp
         self.dtype = dtype  # weights
         self.act_dtype = act_dtype

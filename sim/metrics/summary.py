@@ -1,4 +1,4 @@
-"""Records -> summary.json (DESIGN.md section 4; the metric definitions are part of the product).
+"""Records -> summary.json (docs/architecture.md section 4; the metric definitions are part of the product).
 
 - TTFT = first output token time - arrival. TPOT = (E2E - TTFT) / (output tokens - 1), for
   requests with at least two output tokens. ITL = every gap between consecutive output tokens.

@@ -2,7 +2,7 @@
 
 A policy is one small file: a ``Knobs`` model (its config keys, validated with their path) and a
 class with ``schedule(now) -> StepPlan``. It owns its queues, may call the KV manager, and never
-changes request state: the engine applies the plan (DESIGN.md sections 2-3). Register with
+changes request state: the engine applies the plan (docs/architecture.md sections 2-3). Register with
 ``@register("name")``.
 """
 from __future__ import annotations
@@ -35,9 +35,9 @@ def register(name: str):
 class Knobs(BaseModel):
     """Knobs every batching policy has (vLLM names and defaults where they exist)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    max_num_seqs: int = Field(default=256, ge=1, description="most sequences in one step")
-    max_num_batched_tokens: int = Field(default=8192, ge=1, description="most new tokens in one step")
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    max_num_seqs: int = Field(default=256, ge=1, le=1_000_000, description="most sequences in one step")
+    max_num_batched_tokens: int = Field(default=8192, ge=1, le=10_000_000, description="most new tokens in one step")
 
     @property
     def max_step_tokens(self) -> int:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.config import apply_overrides
+from sim.config import apply_overrides, load_config
+from sim.errors import ConfigError
 from sim.sweep.runner import Driver, one_run
 from sim.sweep.store import RunStore
 
@@ -79,9 +80,16 @@ def verdict(label: str, ci: dict, scale: float, unit: str, lower_better: bool) -
 def ab_test(base: dict, a: list[str], b: list[str], seeds: list[int], out: str | Path, *, workers: int = 1,
             backend: str = "local", address: str | None = None, progress: bool | None = None) -> dict:
     """Run both variants on every seed, write ab.json and ab.md into ``out``; return the result."""
+    if not seeds:
+        raise ConfigError("ab needs at least one seed")
+    cfg_a, cfg_b = apply_overrides(base, a), apply_overrides(base, b)
+    for name, cfg in (("A", cfg_a), ("B", cfg_b)):  # both variants valid before anything runs
+        try:
+            load_config(cfg)
+        except ConfigError as e:
+            raise ConfigError(f"variant {name} ({' '.join((a, b)[name == 'B']) or 'the base'}): {e}") from None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg_a, cfg_b = apply_overrides(base, a), apply_overrides(base, b)
     tasks = {}
     for s in seeds:
         tasks[("a", s)] = one_run({**cfg_a, "seed": s})

@@ -44,13 +44,18 @@ from dataclasses import asdict, dataclass, field
 
 
 
+PROBE_REQUESTS = 1000
+"""Requests per probe unless the caller says otherwise: the one default of ``capacity`` and
+``plan`` (so both give the same answer for the same candidate)."""
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     ttft_p99_s: float = 2.0
     tpot_p99_s: float = 0.1
     seeds: tuple[int, ...] = (0, 1, 2)
     start_rate: float = 1.0
-    rel_tol: float = 0.05
+    rel_tol: float = 0.02
     min_rate: float = 1 / 64
     max_rate: float = 4096.0
     early_stop: bool = True
@@ -59,6 +64,9 @@ class SearchSettings:
     min_short_requests: int = 50
     min_window_s: float = 20.0
     max_requests: int = 20000
+    min_requests: int = 200
+    """A full probe simulates at least this many requests: the p99 of fewer than ~100 is just
+    the maximum, too noisy to call a rate "within SLOs"."""
 
 
 @dataclass
@@ -76,10 +84,11 @@ class Probe:
 @dataclass
 class SeedCapacity:
     seed: int
-    rps: float
+    rps: float  # the highest rate that passed
     capped: bool  # passed at max_rate: the capacity is at least this
     reason: str  # why the lowest failing rate failed
     probes: list = field(default_factory=list)
+    fail_rps: float | None = None  # the lowest rate that failed: the capacity lies in [rps, fail_rps)
 
 
 # ------------------------------------------------------------------------------- config edits
@@ -96,6 +105,12 @@ def set_key(cfg: dict, dotted: str, value) -> dict:
     return out
 
 
+def with_slos(cfg: dict, s: "SearchSettings") -> dict:
+    """The config with its SLO section set to the search's p99 limits (for goodput). ``capacity``
+    and ``plan`` both apply it, so the same candidate is the same runs (shared by the store)."""
+    return set_key(set_key(cfg, "slo.ttft_s", s.ttft_p99_s), "slo.tpot_s", s.tpot_p99_s)
+
+
 def with_rate(cfg: dict, rate: float) -> dict:
     """The config at arrival rate ``rate`` (a trace is rescaled to it)."""
     if (cfg.get("workload") or {}).get("trace"):
@@ -107,7 +122,11 @@ def num_requests(cfg: dict) -> int | None:
     w = cfg.get("workload") or {}
     if w.get("trace"):
         return w["trace"].get("num_requests")
-    return w.get("num_requests", 2000)
+    if "num_requests" in w:
+        return w["num_requests"]
+    from sim.workload.config import WorkloadConfig
+
+    return WorkloadConfig.model_fields["num_requests"].default
 
 
 def with_num_requests(cfg: dict, n: int) -> dict:
@@ -131,6 +150,8 @@ def judge(summary: dict | None, s: SearchSettings, factor: float = 1.0) -> tuple
     r = summary["requests"]
     if factor == 1.0 and r["completed"] < r["arrived"]:
         return False, f"{r['arrived'] - r['completed']} of {r['arrived']} requests not completed"
+    if factor == 1.0 and r["completed"] < s.min_requests:
+        return False, f"only {r['completed']} requests: too few to judge a p99 (at least {s.min_requests})"
     ttft, tpot = summary["ttft_s"]["p99"], summary["tpot_s"]["p99"]
     if ttft is None:
         return False, "no request completed"
@@ -141,15 +162,24 @@ def judge(summary: dict | None, s: SearchSettings, factor: float = 1.0) -> tuple
     return True, "within SLOs"
 
 
+def sized(cfg: dict, rate: float, s: SearchSettings) -> dict:
+    """The config at ``rate`` with enough requests to judge a p99: at least ``min_requests``
+    and ``rate x min_window_s`` (arrivals must span a window long enough for an overload to
+    show in TTFT), at most ``max_requests`` for the window. Capacity probes and plan's fleet
+    checks both use it."""
+    full = with_rate(cfg, rate)
+    n = num_requests(full)
+    if n:
+        need = max(s.min_requests, min(s.max_requests, math.ceil(rate * s.min_window_s)))
+        if need > n:
+            full = with_num_requests(full, need)
+    return full
+
+
 def _probe(cfg: dict, seed: int, rate: float, s: SearchSettings, log: list, bracketing: bool):
     """Generator: yields the runs of one probe, returns (passed, reason)."""
-    full = with_rate({**cfg, "seed": seed}, rate)
+    full = sized({**cfg, "seed": seed}, rate, s)
     n = num_requests(full)
-    if n:  # arrivals must span a window long enough for an overload to show in TTFT
-        need = min(s.max_requests, math.ceil(rate * s.min_window_s))
-        if need > n:
-            n = need
-            full = with_num_requests(full, n)
     if s.early_stop and bracketing and n:
         n_short = max(s.min_short_requests, int(n * s.early_stop_fraction))
         if n_short < n:
@@ -159,6 +189,8 @@ def _probe(cfg: dict, seed: int, rate: float, s: SearchSettings, log: list, brac
                 log.append(_probe_row(rate, seed, "short", False, why, res))
                 return False, why
             ok, why = judge(res.get("summary"), s, factor=s.early_stop_factor)
+            if ok:  # a short run decides only an overload; passing it says nothing about the SLOs
+                why = f"not clearly overloaded within the first {n_short} requests (the full run decides)"
             log.append(_probe_row(rate, seed, "short", ok, why, res))
             if not ok:
                 return False, f"misses an SLO by {s.early_stop_factor:g}x within the first {n_short} requests: {why}"
@@ -200,7 +232,7 @@ def search_seed(cfg: dict, seed: int, s: SearchSettings):
         while lo is None:
             nxt = _round(hi / 2)
             if nxt < s.min_rate:
-                return SeedCapacity(seed, 0.0, False, f"fails even at {hi:g} req/s: {fail_reason}", log)
+                return SeedCapacity(seed, 0.0, False, f"fails even at {hi:g} req/s: {fail_reason}", log, hi)
             ok, why = yield from _probe(cfg, seed, nxt, s, log, True)
             if ok:
                 lo = nxt
@@ -215,7 +247,7 @@ def search_seed(cfg: dict, seed: int, s: SearchSettings):
             lo = mid
         else:
             hi, fail_reason = mid, why
-    return SeedCapacity(seed, lo, False, f"at {hi:g} req/s: {fail_reason}", log)
+    return SeedCapacity(seed, lo, False, f"at {hi:g} req/s: {fail_reason}", log, hi)
 
 
 @dataclass
@@ -241,13 +273,29 @@ class Capacity:
     def max(self) -> float:
         return max(self.rates)
 
+    @property
+    def precision(self) -> float:
+        """The largest relative width of a seed's bracket: each seed's capacity lies in
+        [rps, fail_rps), so the answers are exact to within this fraction (at most ``rel_tol``
+        unless bisection stopped on rounding)."""
+        w = [c.fail_rps / c.rps - 1 for c in self.per_seed if c.fail_rps and c.rps > 0]
+        return max(w) if w else 0.0
+
     def as_dict(self) -> dict:
         return {
-            "rps": {"mean": self.mean, "min": self.min, "max": self.max},
-            "per_seed": [{"seed": c.seed, "rps": c.rps, "capped": c.capped, "limit": c.reason,
+            "rps": {"min": self.min, "mean": self.mean, "max": self.max},
+            "precision": self.precision,
+            "per_seed": [{"seed": c.seed, "rps": c.rps, "fail_rps": c.fail_rps, "capped": c.capped, "limit": c.reason,
                           "probes": [asdict(p) for p in c.probes]} for c in self.per_seed],
             "settings": asdict(self.settings),
         }
+
+
+def probe_estimate(s: SearchSettings, searches: int) -> int:
+    """About how many runs ``searches`` capacity searches take (for a progress bar's total and
+    ETA): a bracket of ~5 doublings with their short runs, then the bisection to ``rel_tol``."""
+    bisect = math.ceil(math.log2(math.log(2) / math.log1p(s.rel_tol))) if s.rel_tol < 1 else 0
+    return searches * (5 * (2 if s.early_stop else 1) + bisect)
 
 
 def capacity_tasks(cfg: dict, s: SearchSettings, tag=()) -> dict:

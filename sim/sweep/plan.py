@@ -31,12 +31,14 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from sim.catalog import get_hardware, get_model
-from sim.config import load_config
-from sim.cost.memory import plan_memory
-from sim.errors import CapacityError, ConfigError, ServesimError
+from sim.catalog import CatalogError, get_hardware, get_model
+from pydantic import ValidationError
+
+from sim.config import SchedulerSection, _format_error, load_config
+from sim.cost.memory import MemoryShortfall, memory_for_config
+from sim.errors import ConfigError, ServesimError
 from sim.metrics.summary import price_of
-from sim.sweep.capacity import Capacity, SearchSettings, capacity_tasks, set_key, with_rate
+from sim.sweep.capacity import Capacity, SearchSettings, capacity_tasks, probe_estimate, set_key, sized, with_slos
 from sim.sweep.runner import Driver
 from sim.sweep.store import RunStore
 
@@ -75,21 +77,18 @@ def parse_schedulers(text: str) -> list[tuple[str, tuple]]:
 
 
 def fits(cfg: dict) -> str | None:
-    """Why this config cannot run (None when it can): tp vs heads, or memory."""
+    """Why this config cannot run (None when it can): the model does not split over its
+    parallelism, or does not fit in memory (the engine's own memory plan)."""
+    model = get_model(cfg.get("model", "llama-3.1-8b"))
+    par = cfg.get("parallelism") or {}
+    why = model.parallelism_problem(int(par.get("tp", 1)), int(par.get("pp", 1)))
+    if why:
+        return why
     c = load_config(cfg)
-    model, hw = get_model(c.model), get_hardware(c.hardware)
-    tp = c.parallelism.tp
-    if model.num_attention_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
-        return f"tp={tp} does not divide {model.num_attention_heads} attention / {model.num_kv_heads} KV heads"
-    knobs = c.scheduler.knobs()
     try:
-        plan_memory(model, hw, tp=tp, pp=c.parallelism.pp, dtype=c.dtype, kv_dtype=c.kv_dtype,
-                    block_size=c.kv.block_size, gpu_memory_utilization=c.kv.gpu_memory_utilization,
-                    max_num_batched_tokens=knobs.max_step_tokens, max_num_seqs=knobs.max_num_seqs,
-                    runtime_overhead_gib=c.kv.runtime_overhead_gib, num_gpu_blocks=c.kv.num_gpu_blocks,
-                    act_dtype=c.precision.activations)
-    except CapacityError as e:
-        return f"does not fit: {str(e).split(':', 1)[1].split('. Raise')[0].strip()}"
+        memory_for_config(c, model, get_hardware(c.hardware))
+    except MemoryShortfall as e:
+        return f"does not fit: {e.short()}"
     return None
 
 
@@ -98,8 +97,9 @@ def _gpu_price(base: dict, hardware: str) -> tuple[float | None, str]:
     return price_of(load_config(set_key(set_key(base, "hardware", hardware), "dtype", "bf16")))
 
 
-def _fleet(cfg: dict, rate: float, replicas: int, seed: int) -> dict:
-    return set_key(set_key(with_rate(cfg, rate), "cluster.replicas", replicas), "seed", seed)
+def _fleet(cfg: dict, rate: float, replicas: int, s: SearchSettings, seed: int) -> dict:
+    """The fleet at the target rate, sized like a capacity probe (enough requests for a p99)."""
+    return set_key(set_key(sized(cfg, rate, s), "cluster.replicas", replicas), "seed", seed)
 
 
 def _verify(cfg: dict, rate: float, start: int, s: SearchSettings, max_extra: int):
@@ -110,7 +110,7 @@ def _verify(cfg: dict, rate: float, start: int, s: SearchSettings, max_extra: in
     for n in range(start, start + max_extra + 1):
         runs, ok = [], True
         for seed in s.seeds:
-            res = yield _fleet(cfg, rate, n, seed)
+            res = yield _fleet(cfg, rate, n, s, seed)
             good, why = judge(res.get("summary"), s) if res["status"] == "ok" else (False, res["error"].splitlines()[0])
             runs.append(res)
             if not good:
@@ -137,12 +137,65 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
     """Search the candidates and write plan.parquet, plan.md, plan.json, config.yaml, figures."""
     t0 = time.perf_counter()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    base = set_key(dict(base or {}), "model", model)
-    base = set_key(set_key(base, "slo.ttft_s", settings.ttft_p99_s), "slo.tpot_s", settings.tpot_p99_s)
-    load_config(base)  # fail early, naming the key, on a bad base
+    base = plan_base(model, base, settings)
+    check_choices(base, gpus, tps, schedulers)
     cands = [Candidate(g, tp, name, knobs) for g in gpus for tp in tps for name, knobs in schedulers]
-    skipped, live = {}, []
+    live, skipped = screen(cands, base)
+    out.mkdir(parents=True, exist_ok=True)
+    run = _Runs(RunStore(out), backend, workers, address, progress)
+    caps = search_capacities(live, base, settings, run)
+    ver = verify_fleets(live, caps, base, rate, settings, run, max_extra_replicas)
+    rows = [candidate_row(c, base, rate, settings, skipped.get(c), caps.get(c), ver.get(c)) for c in cands]
+    table, fleets, run_keys = rank(rows)
+    chosen = write_chosen(table, fleets, out)
+    table.to_parquet(out / "plan.parquet", index=False)
+    meta = {
+        "kind": "plan", "model": model, "rate": rate, "slo": {"ttft_p99_s": settings.ttft_p99_s, "tpot_p99_s": settings.tpot_p99_s},
+        "settings": asdict(settings), "gpus": gpus, "tps": tps, "schedulers": [s[0] + "".join(f"+{a}={b}" for a, b in s[1]) for s in schedulers],
+        "prices": {g: dict(zip(("usd_per_gpu_hour", "source"), _gpu_price(base, g))) for g in gpus},
+        "candidates": len(cands), "skipped": len(skipped), "runs": run.totals(),
+        "wall_s": time.perf_counter() - t0, "chosen": _jsonable(chosen),
+        "chosen_keys": list(run_keys.iloc[0]) if chosen is not None else [], "backend": backend, "workers": workers,
+        "capacity": {c.label: caps[c].as_dict()["rps"] for c in live},
+    }
+    (out / "plan.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    (out / "plan.md").write_text(plan_markdown(table, meta))
+    files = plot_pareto(table, out / "figures", title=f"{model} at {rate:g} req/s")
+    return PlanResult(table, chosen, meta, out, files)
+
+
+def plan_base(model: str, base: dict | None, settings: SearchSettings) -> dict:
+    """The shared config of every candidate: the model and the SLOs set; validated (errors
+    name the key) before anything runs."""
+    base = with_slos(set_key(dict(base or {}), "model", model), settings)
+    load_config(base)
+    return base
+
+
+def check_choices(base: dict, gpus: list[str], tps: list[int], schedulers: list[tuple[str, tuple]]) -> None:
+    """Every GPU id and scheduler (with its knobs) is valid, before anything runs: a typo is an
+    error, not a table of skipped candidates. (A tp that does not suit the model is a skip.)"""
+    if not gpus or not tps or not schedulers:
+        raise ConfigError("plan needs at least one GPU (--gpus), one tp (--tp) and one scheduler (--schedulers)")
+    for g in gpus:  # the id only: a GPU without the weight dtype is a skipped candidate
+        try:
+            get_hardware(g)
+        except CatalogError as e:
+            raise ConfigError(f"--gpus: {e}") from None
+    for name, knobs in schedulers:
+        try:  # the scheduler section alone (its name and knobs), whatever the GPU
+            SchedulerSection(name=name, **dict(knobs))
+        except ValidationError as e:
+            raise ConfigError(f"--schedulers {name}: " + _format_error(e, {"scheduler": {"name": name}})
+                              .removeprefix("invalid config: ").replace("unknown config key ", "unknown knob ")) from None
+    bad = [t for t in tps if not isinstance(t, int) or not 1 <= t <= 64]
+    if bad:
+        raise ConfigError(f"--tp: {bad} are not tensor-parallel degrees (integers 1..64)")
+
+
+def screen(cands: list[Candidate], base: dict) -> tuple[list[Candidate], dict]:
+    """(candidates that can run, {candidate: why not} for the others)."""
+    live, skipped = [], {}
     for c in cands:
         try:
             why = fits(c.apply(base))
@@ -152,82 +205,108 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
             skipped[c] = why
         else:
             live.append(c)
-    store = RunStore(out)
-    # one driver pass for every capacity search, then one for every verification
-    d1 = Driver(store, backend, workers, address, progress, desc="capacity probes")
+    return live, skipped
+
+
+class _Runs:
+    """Drivers over one store and backend; counts add up over the plan's passes."""
+
+    def __init__(self, store, backend, workers, address, progress):
+        self.store, self.args, self.progress, self.drivers = store, (backend, workers, address), progress, []
+
+    def driver(self, desc: str, total: int | None) -> Driver:
+        d = Driver(self.store, *self.args, self.progress, desc=desc, total=total)
+        self.drivers.append(d)
+        return d
+
+    def totals(self) -> dict:
+        return {k: sum(getattr(d.counts, k) for d in self.drivers) for k in ("reused", "run", "failed")}
+
+
+def search_capacities(live: list[Candidate], base: dict, settings: SearchSettings, run: _Runs) -> dict:
+    """Each live candidate's per-replica capacity (one driver pass for all searches)."""
     searches = {}
     for i, c in enumerate(live):
         searches.update(capacity_tasks(c.apply(base), settings, tag=(i,)))
-    res = d1.run(searches)
-    caps = {c: Capacity([res[(i, seed)] for seed in settings.seeds], settings) for i, c in enumerate(live)}
-    d2 = Driver(store, backend, workers, address, progress, desc="fleet checks")
-    checks = {i: _verify(c.apply(base), rate, max(1, math.ceil(rate / caps[c].min)), settings, max_extra_replicas)
-              for i, c in enumerate(live) if caps[c].min > 0}
-    ver = d2.run(checks)
+    res = run.driver("capacity probes", probe_estimate(settings, len(searches))).run(searches)
+    return {c: Capacity([res[(i, seed)] for seed in settings.seeds], settings) for i, c in enumerate(live)}
 
-    rows = []
-    for i, c in enumerate(cands):
-        row = {"candidate": c.label, "hardware": c.hardware, "tp": c.tp, "scheduler": c.scheduler,
-               "knobs": ",".join(f"{a}={b}" for a, b in c.knobs)}
-        cfg = load_config(c.apply(base)) if c not in skipped else None
-        price, source = price_of(cfg) if cfg is not None else _gpu_price(base, c.hardware)
-        row.update({"usd_per_gpu_hour": price, "price_source": source})
-        if c in skipped:
-            rows.append({**row, "status": "does not fit", "note": skipped[c]})
-            continue
-        cap = caps[c]
-        row.update({"capacity_rps_min": cap.min, "capacity_rps_mean": cap.mean, "capacity_rps_max": cap.max,
-                    "capacity_limit": cap.per_seed[0].reason})
-        j = live.index(c)
-        if j not in ver:
-            rows.append({**row, "status": "SLO unreachable", "note": cap.per_seed[0].reason})
-            continue
-        v = ver[j]
-        n = v["replicas"]
-        sums = [r["summary"] for r in v["runs"] if r.get("summary")]
-        gpus_n = n * c.tp
-        row.update({"replicas": n, "gpus": gpus_n, "headroom": cap.min * n / rate - 1, "verified": v["verified"]})
-        if sums:
-            row.update({
-                "ttft_p99_s": sum(s["ttft_s"]["p99"] for s in sums) / len(sums),
-                "tpot_p99_s": sum((s["tpot_s"]["p99"] or 0.0) for s in sums) / len(sums),
-                "e2e_p99_s": sum(s["e2e_s"]["p99"] for s in sums) / len(sums),
-                "slo_attainment": sum(s["goodput"]["slo_attainment"] for s in sums) / len(sums),
-                "cost_model": sums[0]["sim"]["cost_model"],
-            })
-            s0 = sums[0]
-            out_tok = s0["throughput"]["output_tokens_per_s"] * s0["sim"]["makespan_s"]
-            mean_out = out_tok / max(1, s0["requests"]["completed"])
-            row["mean_output_tokens"] = mean_out
-        row["profiled"] = row.get("cost_model") == "profiled"
-        if price is not None:
-            row["usd_per_hour"] = gpus_n * price
-            if row.get("mean_output_tokens"):
-                row["usd_per_million_output_tokens"] = row["usd_per_hour"] / (rate * row["mean_output_tokens"] * 3600) * 1e6
-        if not v["verified"]:
-            status, note = "fleet misses SLOs", f"{n} replicas: {v['why']}"
-        elif price is None:
-            status, note = "cost unknown", source
-        else:
-            status, note = "ok", ""
-        if row.get("cost_model") and not row["profiled"]:
-            note = (note + "; " if note else "") + f"unprofiled hardware ({row['cost_model']} cost model)"
-        rows.append({**row, "status": status, "note": note, "_fleet": _fleet(c.apply(base), rate, n, settings.seeds[0]),
-                     "_keys": [r["key"] for r in v["runs"]]})
 
-    order = {"ok": 0, "cost unknown": 1, "fleet misses SLOs": 2, "SLO unreachable": 3, "does not fit": 4}
+def verify_fleets(live, caps, base, rate, settings, run: _Runs, max_extra: int) -> dict:
+    """{candidate: verification} for every candidate with a positive capacity: its fleet sized
+    from the capacity's minimum over seeds, simulated at the target rate."""
+    checks = {c: _verify(c.apply(base), rate, max(1, math.ceil(rate / caps[c].min)), settings, max_extra)
+              for c in live if caps[c].min > 0}
+    return run.driver("fleet checks", len(checks) * len(settings.seeds)).run(checks)
+
+
+def _fleet_metrics(v: dict) -> dict:
+    """Means over seeds of the verification runs' p99s and SLO attainment."""
+    sums = [r["summary"] for r in v["runs"] if r.get("summary")]
+    if not sums:
+        return {}
+    mean = lambda f: sum(f(s) for s in sums) / len(sums)  # noqa: E731
+    s0 = sums[0]
+    out_tok = s0["throughput"]["output_tokens_per_s"] * s0["sim"]["makespan_s"]
+    return {"ttft_p99_s": mean(lambda s: s["ttft_s"]["p99"]), "tpot_p99_s": mean(lambda s: s["tpot_s"]["p99"] or 0.0),
+            "e2e_p99_s": mean(lambda s: s["e2e_s"]["p99"]), "slo_attainment": mean(lambda s: s["goodput"]["slo_attainment"]),
+            "cost_model": s0["sim"]["cost_model"], "mean_output_tokens": out_tok / max(1, s0["requests"]["completed"])}
+
+
+def candidate_row(c: Candidate, base: dict, rate: float, settings: SearchSettings, skipped: str | None,
+                  cap: Capacity | None, v: dict | None) -> dict:
+    """One row of the plan table: price, capacity, verified fleet, cost and status."""
+    price, source = _gpu_price(base, c.hardware) if skipped else price_of(load_config(c.apply(base)))
+    row = {"candidate": c.label, "hardware": c.hardware, "tp": c.tp, "scheduler": c.scheduler,
+           "knobs": ",".join(f"{a}={b}" for a, b in c.knobs), "usd_per_gpu_hour": price, "price_source": source}
+    if skipped:
+        return {**row, "status": "does not fit", "note": skipped}
+    row.update({"capacity_rps_min": cap.min, "capacity_rps_mean": cap.mean, "capacity_rps_max": cap.max,
+                "capacity_limit": cap.per_seed[0].reason})
+    if v is None:
+        return {**row, "status": "SLO unreachable", "note": cap.per_seed[0].reason}
+    n = v["replicas"]
+    row.update({"replicas": n, "gpus": n * c.tp, "headroom": cap.min * n / rate - 1, "verified": v["verified"]})
+    row.update(_fleet_metrics(v))
+    row["profiled"] = row.get("cost_model") == "profiled"
+    if price is not None:
+        row["usd_per_hour"] = n * c.tp * price
+        if row.get("mean_output_tokens"):
+            row["usd_per_million_output_tokens"] = row["usd_per_hour"] / (rate * row["mean_output_tokens"] * 3600) * 1e6
+    if not v["verified"]:
+        status, note = "fleet misses SLOs", f"{n} replicas: {v['why']}"
+    elif price is None:
+        status, note = "cost unknown", source
+    else:
+        status, note = "ok", ""
+    if row.get("cost_model") and not row["profiled"]:
+        note = (note + "; " if note else "") + f"unprofiled hardware ({row['cost_model']} cost model)"
+    return {**row, "status": status, "note": note, "_fleet": _fleet(c.apply(base), rate, n, settings, settings.seeds[0]),
+            "_keys": [r["key"] for r in v["runs"]]}
+
+
+STATUS_ORDER = {"ok": 0, "cost unknown": 1, "fleet misses SLOs": 2, "SLO unreachable": 3, "does not fit": 4}
+
+
+def rank(rows: list[dict]) -> tuple[pd.DataFrame, pd.Series, pd.Series]:
+    """The ranked table (cheapest verified first; at equal cost more headroom, then lower p99
+    TTFT), and the fleet configs and run keys popped off it."""
     table = pd.DataFrame(rows)
     for col in ("usd_per_hour", "ttft_p99_s"):
         if col not in table:
             table[col] = float("nan")
-    table["_order"] = table["status"].map(order)
-    # cheapest first; at equal cost the fleet with more headroom, then the lower p99 TTFT
+    table["_order"] = table["status"].map(STATUS_ORDER)
     table["_margin"] = -table["headroom"] if "headroom" in table else 0.0
     table = table.sort_values(["_order", "usd_per_hour", "_margin", "ttft_p99_s", "candidate"], na_position="last",
                               kind="stable").drop(columns=["_order", "_margin"]).reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     fleets = table.pop("_fleet") if "_fleet" in table else pd.Series([None] * len(table))
     run_keys = table.pop("_keys") if "_keys" in table else pd.Series([None] * len(table))
+    return table, fleets, run_keys
+
+
+def write_chosen(table: pd.DataFrame, fleets: pd.Series, out: Path) -> dict | None:
+    """The first row when it is verified and priced; its fleet written as a runnable config.yaml."""
     chosen = None
     if len(table) and table.loc[0, "status"] == "ok":
         chosen = table.loc[0].to_dict()
@@ -236,26 +315,7 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
             "# servesim plan: the cheapest fleet meeting the SLOs (run it: servesim run config.yaml)\n"
             + yaml.safe_dump(fleet_cfg, sort_keys=False))
     table["chosen"] = [i == 0 and chosen is not None for i in range(len(table))]
-    table.to_parquet(out / "plan.parquet", index=False)
-    prices = {}
-    for g in gpus:
-        p, src = _gpu_price(base, g)
-        prices[g] = {"usd_per_gpu_hour": p, "source": src}
-    meta = {
-        "kind": "plan", "model": model, "rate": rate, "slo": {"ttft_p99_s": settings.ttft_p99_s, "tpot_p99_s": settings.tpot_p99_s},
-        "settings": asdict(settings), "gpus": gpus, "tps": tps, "schedulers": [s[0] + "".join(f"+{a}={b}" for a, b in s[1]) for s in schedulers],
-        "prices": prices, "candidates": len(cands), "skipped": len(skipped),
-        "runs": {"reused": d1.counts.reused + d2.counts.reused, "run": d1.counts.run + d2.counts.run,
-                 "failed": d1.counts.failed + d2.counts.failed},
-        "wall_s": time.perf_counter() - t0, "chosen": _jsonable(chosen),
-        "chosen_keys": list(run_keys.iloc[0]) if chosen is not None else [], "backend": backend, "workers": workers,
-        "capacity": {c.label: caps[c].as_dict()["rps"] for c in live},
-    }
-    (out / "plan.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
-    md = plan_markdown(table, meta)
-    (out / "plan.md").write_text(md)
-    files = plot_pareto(table, out / "figures", title=f"{model} at {rate:g} req/s")
-    return PlanResult(table, chosen, meta, out, files)
+    return chosen
 
 
 def _jsonable(d):
@@ -285,7 +345,7 @@ def plan_markdown(table: pd.DataFrame, meta: dict) -> str:
               "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in table.to_dict("records"):
         cap = "-" if pd.isna(r.get("capacity_rps_min", float("nan"))) else \
-            f"{r['capacity_rps_min']:.3g} / {r['capacity_rps_mean']:.3g} / {r['capacity_rps_max']:.3g}"
+            f"{r['capacity_rps_min']:.4g} / {r['capacity_rps_mean']:.4g} / {r['capacity_rps_max']:.4g}"
         pct = lambda v: "-" if v is None or pd.isna(v) else f"{100 * v:.0f}%"  # noqa: E731
         ms = lambda v: "-" if v is None or pd.isna(v) else f"{1e3 * v:.0f}"  # noqa: E731
         lines.append(f"| {r['rank']} | {r['candidate']} | {r['status']} | {cap} | {_fmt(r.get('replicas'), '.0f')} | "

@@ -43,7 +43,10 @@ class Doc:
         self.blocks.append(("ul", items))
 
     def table(self, header: list[str], rows: list[list]) -> None:
-        self.blocks.append(("table", header, [[_cell(v) for v in r] for r in rows]))
+        """Column names go through ``sim.metrics.labels.label`` (raw keys become human names)."""
+        from sim.metrics.labels import label
+
+        self.blocks.append(("table", [label(h) for h in header], [[_cell(v) for v in r] for r in rows]))
 
     def figure(self, stem: str, caption: str) -> None:
         """``stem``: the path of the figure relative to the report, without extension."""
@@ -78,13 +81,17 @@ class Doc:
             elif b[0] == "table":
                 head = "".join(f"<th>{e(c)}</th>" for c in b[1])
                 rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in b[2])
-                body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+                body.append(f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')
             else:
                 body.append(f'<figure><img src="{e(b[1])}.svg" alt="{e(b[2])}"><figcaption>{e(b[2])} '
                             f'(<a href="{e(b[1])}.png">PNG</a>, <a href="{e(b[1])}.svg">SVG</a>)</figcaption></figure>')
+        # wide tables scroll inside their own box instead of overflowing the page; long notes wrap
         style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-                 "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;"
-                 "text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}"
+                 ".wide{overflow-x:auto;max-width:100%;margin:1em 0}"
+                 "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;"
+                 "text-align:right;white-space:nowrap}td:last-child{white-space:normal;min-width:12em;text-align:left}"
+                 "th{background:#f3f3f3;white-space:normal;vertical-align:bottom}"
+                 "td:first-child,th:first-child{text-align:left}"
                  "img{max-width:100%}figcaption{font-size:13px;color:#555}")
         return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{e(self.title)}</title>"
                 f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
@@ -302,6 +309,30 @@ def _plan_report(src: Path, doc: Doc, figdir: Path) -> None:
             doc.figure("figures/latency_cdf", "Latency CDFs of the chosen fleet at the target rate (verification runs)")
 
 
+def _capacity_report(src: Path, doc: Doc, figdir: Path) -> None:
+    r = json.loads((src / "capacity.json").read_text())
+    store = RunStore(src)
+    probes = [p for c in r["per_seed"] for p in c["probes"]]
+    first = next((p for p in probes if (store.path(p["key"]) / "config.yaml").is_file()), None)
+    if first is not None:
+        cfg = yaml.safe_load((store.path(first["key"]) / "config.yaml").read_text())
+        setup_section(doc, cfg, None)
+        doc.p("Setup of the first probe; the search varies the arrival rate (and its request count) and the seed.")
+    st = r["settings"]
+    doc.h("Headline numbers")
+    rps = r["rps"]
+    doc.p(f"Capacity {rps['min']:.4g} req/s: the highest rate every one of {len(r['per_seed'])} seeds sustained with "
+          f"p99 TTFT <= {st['ttft_p99_s']:g} s, p99 TPOT <= {st['tpot_p99_s'] * 1e3:g} ms and every request completed "
+          f"(mean over seeds {rps['mean']:.4g}, max {rps['max']:.4g}). Precision: each seed's capacity lies between "
+          f"its highest passing and lowest failing rate, at most {100 * r.get('precision', st['rel_tol']):.1f}% apart.")
+    doc.table(["seed", "rps", "fail_rps", "reason"],
+              [[c["seed"], c["rps"], c.get("fail_rps"), c["limit"]] for c in r["per_seed"]])
+    doc.h("Probes")
+    doc.table(["seed", "rate", "stage", "passed", "ttft_p99_s", "tpot_p99_s", "reason"],
+              [[p["seed"], p["rate"], p["stage"], "yes" if p["passed"] else "no", p.get("ttft_p99_s"),
+                p.get("tpot_p99_s"), p["reason"]] for p in probes])
+
+
 def _ab_report(src: Path, doc: Doc, figdir: Path) -> None:
     r = json.loads((src / "ab.json").read_text())
     doc.h("Headline numbers")
@@ -322,6 +353,8 @@ def _ab_report(src: Path, doc: Doc, figdir: Path) -> None:
 def detect(src: Path) -> str:
     if (src / "plan.json").is_file():
         return "plan"
+    if (src / "capacity.json").is_file():
+        return "capacity"
     if (src / "sweep.json").is_file():
         return "sweep"
     if (src / "ab.json").is_file():
@@ -331,7 +364,7 @@ def detect(src: Path) -> str:
     from sim.errors import ServesimError
 
     raise ServesimError(f"{src} is not a results folder (expected summary.json + requests.parquet from `servesim run`, "
-                        "sweep.json, plan.json or ab.json)")
+                        "sweep.json, plan.json, capacity.json or ab.json)")
 
 
 def make_report(src: str | Path, out: str | Path) -> list[Path]:
@@ -340,10 +373,11 @@ def make_report(src: str | Path, out: str | Path) -> list[Path]:
     kind = detect(src)
     figdir = out / "figures"
     figdir.mkdir(parents=True, exist_ok=True)
-    doc = Doc({"run": "Simulation report", "sweep": "Sweep report", "plan": "Fleet plan report", "ab": "A/B report"}[kind]
-              + f": {src.name}")
-    {"run": _run_report, "sweep": _sweep_report, "plan": _plan_report, "ab": _ab_report}[kind](src, doc, figdir)
-    doc.p("Generated by servesim. Metric definitions: docs/planning.md and DESIGN section 4 "
+    doc = Doc({"run": "Simulation report", "sweep": "Sweep report", "plan": "Fleet plan report", "ab": "A/B report",
+               "capacity": "SLO capacity report"}[kind] + f": {src.name}")
+    {"run": _run_report, "sweep": _sweep_report, "plan": _plan_report, "ab": _ab_report,
+     "capacity": _capacity_report}[kind](src, doc, figdir)
+    doc.p("Generated by servesim. Metric definitions: docs/architecture.md section 4 and docs/planning.md "
           "(TTFT, TPOT = (E2E - TTFT) / (output tokens - 1), goodput counts requests within every SLO).")
     md, ht = out / "report.md", out / "report.html"
     md.write_text(doc.markdown())

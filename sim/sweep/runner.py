@@ -57,13 +57,53 @@ class InlineBackend:
     def close(self) -> None:
         pass
 
+    def kill(self) -> None:
+        pass
+
+
+PARENT_POLL_S = 0.5
+"""How often a worker checks that its driver is alive (the portable half of the parent-death check)."""
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Runs first in every pool worker. The worker ignores Ctrl-C (the driver handles it and
+    terminates the pool) and dies with the driver even when the driver is SIGKILLed: on Linux
+    the kernel sends it SIGKILL (``prctl(PR_SET_PDEATHSIG)``); everywhere a daemon thread
+    polls the parent pid and exits once the driver is gone."""
+    import os
+    import signal
+    import threading
+    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the driver died before this worker started
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="servesim-parent-watch", daemon=True).start()
+
 
 class LocalBackend:
     def __init__(self, workers: int):
         import multiprocessing
+        import os
         from concurrent.futures import ProcessPoolExecutor
 
-        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_worker_init, initargs=(os.getpid(),))
         self.futures: dict = {}
 
     def submit(self, key: str, config: dict) -> None:
@@ -85,6 +125,23 @@ class LocalBackend:
         for f in self.futures:
             f.cancel()
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def kill(self) -> None:
+        """Interrupted: terminate the workers now (their runs are lost; finished ones are stored)."""
+        # no future is cancelled here: the pool's manager thread marks them all broken once the
+        # workers are gone (cancelling first makes that thread raise InvalidStateError)
+        procs = list((getattr(self.pool, "_processes", None) or {}).values())
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+        # the pool's manager thread sees its workers gone, marks the futures broken and exits;
+        # joining it here (quick: nothing is left to wait for) keeps the interpreter's exit hook
+        # from waking a thread whose pipe is already closed
+        self.pool.shutdown(wait=True)
 
 
 class RayBackend:
@@ -118,6 +175,10 @@ class RayBackend:
     def close(self) -> None:
         for ref in self.refs:
             self.ray.cancel(ref)
+
+    def kill(self) -> None:
+        for ref in self.refs:
+            self.ray.cancel(ref, force=True)
 
 
 def make_backend(backend: str = "local", workers: int = 1, address: str | None = None):
@@ -188,7 +249,7 @@ class Driver:
                     self.counts.reused += 1
                     self.counts.keys.append(key)
                     if bar is not None:
-                        bar.update(1)
+                        _tick(bar)
                     value = hit
                     continue
                 if key in inflight:  # the same run is already under way: share its result
@@ -210,8 +271,12 @@ class Driver:
                 result.pop("latency", None)
                 for name in inflight.pop(key):
                     advance(name, result)
-        finally:
+        except BaseException:  # Ctrl-C, SIGTERM or an error: the workers must not outlive us
+            backend.kill()
+            raise
+        else:
             backend.close()
+        finally:
             if bar is not None:
                 bar.close()
         return results
@@ -224,7 +289,14 @@ class Driver:
         else:
             self.counts.failed += 1
         if bar is not None:
-            bar.update(1)
+            _tick(bar)
+
+
+def _tick(bar) -> None:
+    """One run done; a total that was an estimate grows when the runs outnumber it."""
+    if bar.total is not None and bar.n + 1 > bar.total:
+        bar.total = bar.n + 1
+    bar.update(1)
 
 
 def one_run(config: dict) -> Task:

@@ -47,6 +47,29 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+# What a stored summary must hold to count as a finished run (docs/architecture.md section 4).
+REQUIRED = {
+    "requests": ("arrived", "completed", "rejected"),
+    "ttft_s": ("p50", "p99"), "tpot_s": ("p50", "p99"), "e2e_s": ("p50", "p99"),
+    "throughput": ("requests_per_s", "output_tokens_per_s"),
+    "goodput": ("requests_per_s", "slo_attainment"),
+    "cost": ("gpu_hours", "usd"),
+    "sim": ("steps", "simulated_s", "seed"),
+}
+
+
+def complete_summary(summary) -> bool:
+    """Whether a loaded summary.json has every section and key a finished run writes."""
+    if not isinstance(summary, dict):
+        return False
+    for sec, keys in REQUIRED.items():
+        node = summary.get(sec)
+        if not isinstance(node, dict) or any(k not in node for k in keys):
+            return False
+    r = summary["requests"]
+    return all(isinstance(r[k], int) and r[k] >= 0 for k in ("arrived", "completed", "rejected"))
+
+
 class RunStore:
     """Finished runs under ``root/runs``; ``get`` returns a stored result or None."""
 
@@ -58,12 +81,19 @@ class RunStore:
         return self.runs / key
 
     def get(self, key: str) -> dict | None:
-        """A finished run as ``{"key", "status": "ok", "summary"}``; None when absent or failed
-        (a failed run is retried on the next pass)."""
+        """A finished run as ``{"key", "status": "ok", "summary"}``; None when absent, failed
+        or incomplete (a corrupt, empty or partial ``summary.json`` does not count as done):
+        such a run is redone on the next pass."""
         p = self.path(key) / "summary.json"
         if not p.is_file():
             return None
-        return {"key": key, "status": "ok", "summary": json.loads(p.read_text()), "error": None}
+        try:
+            summary = json.loads(p.read_text())
+        except (OSError, ValueError):
+            return None
+        if not complete_summary(summary):
+            return None
+        return {"key": key, "status": "ok", "summary": summary, "error": None}
 
     def put(self, key: str, config: dict, result: dict) -> None:
         d = self.path(key)

@@ -12,6 +12,25 @@ from sim.sweep.spec import SweepSpec
 from sim.sweep.store import RunStore, flatten_summary
 
 
+def check_points(points) -> None:
+    """Every point's config is valid (keys, values, parallelism, dtype), before any run starts;
+    the error names the first bad point by its varied values and says how many are bad."""
+    from sim.config import load_config
+    from sim.errors import ConfigError
+
+    bad = []
+    for i, p in enumerate(points):
+        try:
+            load_config(p.config)
+        except ConfigError as e:
+            bad.append((i, p, e))
+    if bad:
+        i, p, e = bad[0]
+        at = ", ".join(f"{k}={v}" for k, v in p.values.items()) or "the base"
+        more = f" ({len(bad)} of {len(points)} points are invalid)" if len(bad) > 1 else ""
+        raise ConfigError(f"sweep point {i} ({at}, seed {p.seed}): {e}{more}")
+
+
 def run_sweep(spec: SweepSpec, out: str | Path, *, workers: int = 1, backend: str = "local",
               address: str | None = None, progress: bool | None = None) -> tuple[pd.DataFrame, dict]:
     """Run (or resume) a sweep into ``out``. Returns the results table and the run counts.
@@ -20,9 +39,10 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, workers: int = 1, backend: st
     ``key`` (the run's store key), ``status`` (ok / error), ``error`` (its first line) and the
     flattened summary metrics. ``out/sweep.json`` records the spec and the counts.
     """
+    points = spec.points()
+    check_points(points)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    points = spec.points()
     store = RunStore(out)
     driver = Driver(store, backend, workers, address, progress, desc="sweep", total=len(points))
     t0 = time.perf_counter()

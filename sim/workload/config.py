@@ -9,8 +9,25 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+# Upper bounds that keep absurd inputs from exhausting memory or running forever. They are far
+# beyond any real deployment (no model has a context of 10 M tokens; 1 M requests/s is a large
+# provider's whole fleet) and are documented in docs/workloads.md.
+MAX_TOKENS = 10_000_000
+"""Largest token count of one length (prompt, output, system prompt)."""
+MAX_RATE = 1_000_000.0
+"""Largest arrival rate (requests, sessions or bursts per second)."""
+MAX_REQUESTS = 100_000_000
+"""Largest ``num_requests`` of a synthetic workload or a trace cap."""
+MAX_SIGMA = 5.0
+"""Largest log-space sigma of a lognormal length (a 5-sigma draw is then exp(25) x the median)."""
+MAX_TURNS = 1000
+"""Most turns in one session."""
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Frozen, unknown keys rejected, and every float finite (NaN and inf are errors)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LengthDist(_Strict):
@@ -23,11 +40,11 @@ class LengthDist(_Strict):
     """
 
     kind: Literal["fixed", "uniform", "lognormal", "trace"] = "lognormal"
-    value: int | None = Field(default=None, ge=1)
-    min: int = Field(default=1, ge=1)
-    max: int | None = Field(default=None, ge=1)
-    median: float | None = Field(default=None, gt=0)
-    sigma: float | None = Field(default=None, ge=0)
+    value: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    min: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    max: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    median: float | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    sigma: float | None = Field(default=None, ge=0, le=MAX_SIGMA)
     path: str | None = None
 
     @model_validator(mode="after")
@@ -64,7 +81,7 @@ class BurstConfig(_Strict):
     base state, at ``rate`` here in the burst state; each state lasts an exponential time with
     the given mean. Starts in the base state."""
 
-    rate: float = Field(gt=0, description="requests per second during a burst")
+    rate: float = Field(gt=0, le=MAX_RATE, description="requests per second during a burst")
     mean_base_s: float = Field(default=60.0, gt=0)
     mean_burst_s: float = Field(default=10.0, gt=0)
 
@@ -77,13 +94,22 @@ class SessionConfig(_Strict):
     turns: LengthDist = LengthDist(kind="uniform", min=1, max=5)
     think_time_s: float = Field(default=10.0, ge=0)
 
+    @model_validator(mode="after")
+    def _check(self):
+        t = self.turns
+        most = t.value if t.kind == "fixed" else t.max
+        if most is None or most > MAX_TURNS:
+            raise ValueError(f"turns must be bounded by at most {MAX_TURNS} per session (set turns.max, "
+                             f"or turns.value for a fixed count)")
+        return self
+
 
 class SystemPromptConfig(_Strict):
     """``count`` distinct system prompts of ``tokens`` tokens; each request starts with one,
     picked uniformly or by a Zipf law of exponent ``zipf_s`` (prompt 0 most popular)."""
 
-    count: int = Field(default=8, ge=1)
-    tokens: int = Field(default=512, ge=1)
+    count: int = Field(default=8, ge=1, le=1_000_000)
+    tokens: int = Field(default=512, ge=1, le=MAX_TOKENS)
     popularity: Literal["uniform", "zipf"] = "uniform"
     zipf_s: float = Field(default=1.0, gt=0)
 
@@ -93,9 +119,9 @@ class TenantConfig(_Strict):
     ``prompt`` / ``output`` default to the workload's."""
 
     name: str
-    rate: float = Field(gt=0)
+    rate: float = Field(gt=0, le=MAX_RATE)
     arrival: Arrival = "poisson"
-    cv: float = Field(default=1.0, gt=0)
+    cv: float = Field(default=1.0, gt=0, le=1000)
     diurnal: DiurnalConfig | None = None
     burst: BurstConfig | None = None
     prompt: LengthDist | None = None
@@ -120,12 +146,12 @@ class TraceConfig(_Strict):
     path: str
     format: str = Field(default="auto", description=(
         "auto (detect) or a name of sim.workload.traces.FORMATS; checked by the top-level config"))
-    rate_scale: float = Field(default=1.0, gt=0, description="replay this many times faster")
-    rate: float | None = Field(default=None, gt=0, description="rescale to this mean request rate")
+    rate_scale: float = Field(default=1.0, gt=0, le=MAX_RATE, description="replay this many times faster")
+    rate: float | None = Field(default=None, gt=0, le=MAX_RATE, description="rescale to this mean request rate")
     window_start_s: float | None = Field(default=None, ge=0)
     window_end_s: float | None = Field(default=None, gt=0)
     skip_bad: bool = False
-    num_requests: int | None = Field(default=None, ge=1, description="keep the first N requests")
+    num_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS, description="keep the first N requests")
     sample_fraction: float | None = Field(default=None, gt=0, le=1)
     model_filter: list[str] | None = Field(default=None, description="BurstGPT: keep these Model values")
     log_type_filter: list[str] | None = Field(default=None, description="BurstGPT: keep these Log Type values")
@@ -168,9 +194,9 @@ class WorkloadConfig(_Strict):
     """
 
     arrival: Arrival = "poisson"
-    rate: float = Field(default=12.0, gt=0, description="mean requests per second")
-    cv: float = Field(default=1.0, gt=0, description="inter-arrival coefficient of variation (gamma)")
-    num_requests: int | None = Field(default=3000, ge=1)
+    rate: float = Field(default=12.0, gt=0, le=MAX_RATE, description="mean requests per second")
+    cv: float = Field(default=1.0, gt=0, le=1000, description="inter-arrival coefficient of variation (gamma)")
+    num_requests: int | None = Field(default=3000, ge=1, le=MAX_REQUESTS)
     duration_s: float | None = Field(default=None, gt=0, description="stop synthetic arrivals after this time")
     prompt: LengthDist = CONV_PROMPT
     output: LengthDist = CONV_OUTPUT
@@ -192,6 +218,9 @@ class WorkloadConfig(_Strict):
                 raise ValueError(f"closed_loop cannot be combined with {', '.join(clash)}")
         if self.trace is None and self.num_requests is None and self.duration_s is None:
             raise ValueError("a synthetic workload needs num_requests or duration_s")
+        if self.trace is None and self.num_requests is None and self.duration_s * self.rate > MAX_REQUESTS:
+            raise ValueError(f"duration_s x rate = {self.duration_s * self.rate:.3g} expected requests, more than "
+                             f"{MAX_REQUESTS:,}; set num_requests or a shorter duration_s")
         if self.tenants is not None:
             if not self.tenants:
                 raise ValueError("tenants is empty")

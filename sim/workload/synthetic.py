@@ -18,7 +18,7 @@ import numpy as np
 
 from sim.types import RequestSpec
 from sim.workload.arrivals import Draws, arrival_times, in_time_order, interarrivals  # noqa: F401  (interarrivals: re-exported)
-from sim.workload.config import LengthDist, WorkloadConfig
+from sim.workload.config import MAX_TOKENS, LengthDist, WorkloadConfig
 from sim.workload.prefix import HASH_BLOCK_TOKENS, HashChain, own_key, shared_key
 from sim.workload.traces import trace_lengths
 
@@ -37,12 +37,15 @@ def sample_lengths_clipped(dist: LengthDist, n: int, rng: np.random.Generator,
     elif dist.kind == "uniform":
         out = rng.integers(dist.min, dist.max, size=n, endpoint=True)
     elif dist.kind == "lognormal":
-        out = np.rint(rng.lognormal(np.log(dist.median), dist.sigma, size=n)).astype(np.int64)
+        # cap in floating point first (a wide lognormal can draw beyond int64), one above the bound
+        # so that a draw past it is still seen, and counted, as clipped below
+        top = float(dist.max if dist.max is not None else MAX_TOKENS) + 1.0
+        out = np.rint(np.minimum(rng.lognormal(np.log(dist.median), dist.sigma, size=n), top)).astype(np.int64)
     else:
         if pool is None or len(pool) == 0:
             raise ValueError("a trace length distribution needs the trace's lengths")
         out = rng.choice(pool, size=n, replace=True).astype(np.int64)
-    hi = dist.max if dist.max is not None else np.iinfo(np.int64).max
+    hi = dist.max if dist.max is not None else MAX_TOKENS
     clipped = np.clip(out, dist.min, hi)
     return clipped, clipped != out
 

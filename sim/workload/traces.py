@@ -68,6 +68,9 @@ from sim.workload.arrivals import Draws, arrival_times, in_time_order
 MOONCAKE_BLOCK_TOKENS = 512
 CHARS_PER_TOKEN = 4
 MAX_BAD_LINES = 10
+MAX_LINE_CHARS = 16 * 2**20
+"""Longest line read from a trace (a Mooncake or generic row is under a few KiB); a longer one,
+e.g. a multi-GB file without line breaks, is an error instead of a line held in memory."""
 _USER, _ASSISTANT = {"human", "user"}, {"gpt", "assistant", "chatgpt", "bard", "bing", "model"}
 GENERIC_OPTIONAL = ("session_id", "priority", "slo_class", "tenant", "max_output_tokens")
 
@@ -173,14 +176,73 @@ def _bad_row(tc: TraceConfig, info: dict, line: int, msg: str) -> None:
         lines.append(line)
 
 
-def open_text(path: str):
+class _TraceText:
+    """A trace opened as text whose reads turn a binary, undecodable or truncated (.gz) file
+    into a TraceError, and whose lines are bounded by ``MAX_LINE_CHARS`` (memory stays bounded
+    whatever the file holds)."""
+
+    def __init__(self, f, path: str):
+        self.f, self.path, self.line = f, path, 0
+
+    def _guard(self, fn, *a):
+        import zlib
+
+        try:
+            return fn(*a)
+        except UnicodeDecodeError:
+            raise TraceError(f"{self.path}, line {self.line + 1}: not a text trace (bytes that are not UTF-8)") from None
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+            raise TraceError(f"{self.path}: not a readable .gz file ({type(e).__name__}: {e}); truncated or corrupt?") from None
+        except OSError as e:
+            raise TraceError(f"{self.path}: cannot read ({e})") from None
+
+    def readline(self) -> str:
+        s = self._guard(self.f.readline, MAX_LINE_CHARS + 1)
+        if len(s) > MAX_LINE_CHARS:
+            raise TraceError(f"{self.path}, line {self.line + 1}: longer than {MAX_LINE_CHARS:,} characters; "
+                             "not a trace with one request per line")
+        self.line += 1
+        return s
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        s = self.readline()
+        if not s:
+            raise StopIteration
+        return s
+
+    def read(self, n: int) -> str:
+        return self._guard(self.f.read, n)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+    def seek(self, pos: int) -> None:
+        self.f.seek(pos)
+        self.line = 0 if pos == 0 else self.line
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_text(path: str) -> _TraceText:
     """Open a trace as text (``.gz`` through gzip); a missing file is a TraceError."""
     p = Path(path)
     if not p.is_file():
         raise TraceError(f"{path}: no such trace file")
     if p.suffix == ".gz":
-        return gzip.open(p, "rt", encoding="utf-8-sig", newline="")
-    return open(p, encoding="utf-8-sig", newline="")
+        f = gzip.open(p, "rt", encoding="utf-8-sig", newline="")
+    else:
+        f = open(p, encoding="utf-8-sig", newline="")
+    return _TraceText(f, str(path))
 
 
 @dataclass(frozen=True)
@@ -216,11 +278,13 @@ def _head(path: str) -> tuple[Head, int, str]:
     """(head, its physical line, the line's text) of a trace file."""
     with open_text(path) as f:
         text = f.read(4096)
-        while text.isspace():
+        while text.isspace():  # keep only what follows leading blank space (bounded memory)
             more = f.read(4096)
             if not more:
                 break
-            text += more
+            text = more
+    if "\x00" in text:
+        raise TraceError(f"{path}: binary data (NUL bytes); not a text trace")
     if not text.strip():
         raise TraceError(f"{path}: the file is empty")
     if text.lstrip()[0] == "[":
