@@ -156,7 +156,10 @@ class Engine:
         # client waiting on its response can only send after a run, which ends at a completion)
         # and a router whose turns are known in advance
         self.fast_forward = (cfg.engine.fast_forward and record_plans is False
-                             and (cfg.cluster.replicas == 1 or self.route.turns is not None) and self.disagg is None)
+                             and (cfg.cluster.replicas == 1 or self.route.turns is not None) and self.disagg is None
+                             # closed loop: a completion on one replica lets a client send to another
+                             # in the middle of that one's run, so only a single replica is exact
+                             and (cfg.workload.closed_loop is None or cfg.cluster.replicas == 1))
         self.client_wakes: dict[int, float] = {}  # closed loop: client -> time its pending timeout ends
         self.upcoming: deque = deque()  # arrivals read ahead of time (open loop)
         self.env = simpy.Environment()
