@@ -40,7 +40,8 @@ def label(col: str) -> str:
     return text
 
 
-def _text(v) -> str:
+def cell_text(v) -> str:
+    """A table cell: '-' for missing, thousands separators for large floats, 3 digits otherwise."""
     import math
 
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -53,7 +54,7 @@ def _text(v) -> str:
 def text_table(records: list[dict], cols: list[str]) -> str:
     """A plain-text table (columns as wide as their widest cell, headers from ``label``)."""
     head = [label(c) for c in cols]
-    body = [[_text(r.get(c)) for c in cols] for r in records]
+    body = [[cell_text(r.get(c)) for c in cols] for r in records]
     width = [max([len(h)] + [len(row[i]) for row in body]) for i, h in enumerate(head)]
     line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, width)))  # noqa: E731
     return "\n".join([line(head), line(["-" * w for w in width])] + [line(r) for r in body])

@@ -44,9 +44,9 @@ class Doc:
 
     def table(self, header: list[str], rows: list[list]) -> None:
         """Column names go through ``sim.metrics.labels.label`` (raw keys become human names)."""
-        from sim.metrics.labels import label
+        from sim.metrics.labels import cell_text, label
 
-        self.blocks.append(("table", [label(h) for h in header], [[_cell(v) for v in r] for r in rows]))
+        self.blocks.append(("table", [label(h) for h in header], [[cell_text(v) for v in r] for r in rows]))
 
     def figure(self, stem: str, caption: str) -> None:
         """``stem``: the path of the figure relative to the report, without extension."""
@@ -97,12 +97,6 @@ class Doc:
                 f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
-def _cell(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
-    return str(v)
 
 
 def _ms(v) -> str:
