@@ -51,5 +51,9 @@ def run(args) -> int:
                    plots=False if args.no_plots else None, progress=False if args.quiet else None)
     if not args.quiet:
         print_summary(res.summary, res.config)
-        print(f"results written to {args.out}/ (summary.json, requests.parquet, steps.parquet, config.yaml, plots/; fleet.parquet with autoscaling)")
+        from pathlib import Path
+
+        names = [n for n in ("summary.json", "requests.parquet", "steps.parquet", "fleet.parquet", "config.yaml", "plots/")
+                 if (Path(args.out) / n.rstrip("/")).exists()]
+        print(f"results written to {args.out}/ ({', '.join(names)})")
     return 0
