@@ -264,14 +264,9 @@ class KernelDbCostModel(RooflineCostModel):
         return self._lookup(g, roof, (float(elements),))
 
     # ------------------------------------------------------------------ composition
-    def _dense_part(self, tokens: int, num_seqs: int) -> tuple[float, float, float, int]:
-        """As the roofline's, with activations communicated in bf16 and the all-reduce from the
-        database (the roofline's collective takes bytes in the weight dtype)."""
-        key = (tokens, num_seqs)
-        hit = self._dense_cache.get(key)
-        if hit is not None:
-            return hit
-        oor0 = self._oor
+    def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
+        """As the roofline's, with the all-reduce from the database (bf16 activations) and the
+        GQA/dense-or-MoE layout it composes (other models fall back to the roofline)."""
         s, L = self.shapes, self.model.num_layers
         mlp = self.moe(tokens) if s.num_experts else self.gemm("gate_up", tokens) + self.gemm("down", tokens)
         gemm = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp) + self.gemm("lm_head", num_seqs)
@@ -282,9 +277,7 @@ class KernelDbCostModel(RooflineCostModel):
         comm += RooflineCostModel.collective(self, "all_gather", num_seqs * s.vocab * 4, self.tp)
         if self.pp > 1:
             comm += (self.pp - 1) * (tokens * s.hidden * 2 / self.hw.link_bw + self.p.allreduce_latency_s)
-        out = (gemm, other, comm, self._oor - oor0)
-        self._dense_cache[key] = out
-        return out
+        return gemm, other, comm
 
     def describe(self) -> dict:
         """What priced the run, for summary.json."""

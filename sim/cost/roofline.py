@@ -271,12 +271,19 @@ class RooflineCostModel:
     def _dense_part(self, tokens: int, num_seqs: int) -> tuple[float, float, float, int]:
         """(gemm, other_gpu, comm, out-of-range queries) per step for the operators that depend
         only on the step's token and sequence counts. With pipeline parallelism the stages run
-        one after another, so every layer counts once, plus a send/recv per stage boundary."""
+        one after another, so every layer counts once, plus a send/recv per stage boundary.
+        Cached by (tokens, num_seqs); subclasses price the parts in ``_dense_terms``."""
         key = (tokens, num_seqs)
         hit = self._dense_cache.get(key)
         if hit is not None:
             return hit
         oor0 = self._oor
+        out = (*self._dense_terms(tokens, num_seqs), self._oor - oor0)
+        self._dense_cache[key] = out
+        return out
+
+    def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
+        """(gemm, other_gpu, comm) of ``_dense_part``, uncached."""
         s, L = self.shapes, self.model.num_layers
         attn = 0.0
         for op in s.attn_gemms:
@@ -297,9 +304,7 @@ class RooflineCostModel:
         comm += self.collective("all_gather", num_seqs * s.vocab * 4, self.tp)
         if self.pp > 1:
             comm += (self.pp - 1) * (tokens * s.hidden * self.cb / self.hw.link_bw + self.p.allreduce_latency_s)
-        out = (gemm, other, comm, self._oor - oor0)
-        self._dense_cache[key] = out
-        return out
+        return gemm, other, comm
 
     def step_time(self, shape: BatchShape) -> StepTime:
         tokens = 0
