@@ -154,6 +154,8 @@ class BlockGrower:
         """Allocate for the steps before ``k_end``; returns the first step the pool cannot give
         (``k_end`` if it can give them all)."""
         kv, bs, due, reqs = self.kv, self.kv.block_size, self.due, self.reqs
+        if min(due) >= k_end:  # the common short run: no request crosses a block boundary
+            return k_end
         events = []  # (step, request index): every block needed before k_end, in allocation order
         for i, k in enumerate(due):
             while k < k_end:

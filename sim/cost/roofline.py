@@ -362,8 +362,20 @@ class RooflineCostModel:
         cpu = p.cpu_step_s + p.cpu_per_seq_s * n
         if steps >= VECTOR_STEPS:
             return gemm + 0.0 + self._decode_attn_series(n, kv_tokens, steps) + comm + other + cpu + 0.0
-        # the operations of _price for a decode-only step, one step at a time
         full, win, W = self.layers_full, self.layers_window, self.shapes.window
+        sh = self.shapes
+        if not win and not sh.mla:  # _roof(_decode_terms) inlined: the same operations, in order
+            fl = 4.0 * sh.q_heads * sh.head_dim
+            kvk, kvb = 2 * sh.kv_heads * sh.head_dim, self.kvb
+            qb = n * 2 * sh.q_heads * sh.head_dim * self.b
+            df, db, floor = self.attn_peak * p.attn_eff, self.bw * p.mem_eff, p.kernel_floor_s
+            out = []
+            for kv in range(kv_tokens, kv_tokens + steps * n, n):
+                a, b = fl * kv / df, (kv * kvk * kvb + qb) / db
+                r = a if a >= b else b
+                out.append(gemm + 0.0 + full * (r if r >= floor else floor) + comm + other + cpu + 0.0)
+            return out
+        # the operations of _price for a decode-only step, one step at a time
         attn, out = self.attn_decode, []
         for j in range(steps):
             kv = kv_tokens + j * n

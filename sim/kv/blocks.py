@@ -79,6 +79,9 @@ class KVManager:
     """
 
     static_refusal = True
+    covered_is_noop = True
+    """True when ``allocate`` for tokens a request's table already covers changes nothing (the
+    schedulers then skip the call on their hot path; prefix caching registers full blocks then)."""
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, swap_blocks: int = 0):
         self.pool = self._make_pool(num_blocks)

@@ -162,6 +162,7 @@ class PrefixKVManager(KVManager):
     """``KVManager`` with prefix caching over a ``CachedBlockPool``."""
 
     static_refusal = False  # an admission attempt looks the prefix up, which touches the cache
+    covered_is_noop = False  # allocate registers newly full blocks in the cache even without growing
 
     def grow_one(self, req_id: int, total_tokens: int) -> bool:
         return self.allocate(req_id, total_tokens)  # may evict and registers full blocks

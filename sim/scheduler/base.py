@@ -302,15 +302,22 @@ class BudgetScheduler(Scheduler):
             refund += plan.num_new_tokens.get(v.id, 0)
             return v
 
+        kv, out, preempted = self.kv, plan.num_new_tokens, plan.preempted
+        tables, bs, covered_is_noop = kv.tables, kv.block_size, kv.covered_is_noop
         for r in self.running_order():
             if budget <= 0:
                 break
-            if r.id in plan.preempted:
+            if preempted and r.id in preempted:
                 continue
-            n = self.chunk(r, r.remaining, budget)
-            if n > 0 and self.grow(r, r.num_computed + n, plan, victim):
-                plan.num_new_tokens[r.id] = n
-                budget -= n
+            n = self.chunk(r, r.num_tokens - r.num_computed, budget)
+            if n > 0:
+                total = r.num_computed + n
+                table = tables.get(r.id)
+                # a table that already covers the tokens needs no allocation (when asking has no side effects)
+                if (covered_is_noop and table is not None and total <= len(table) * bs) \
+                        or self.grow(r, total, plan, victim):
+                    out[r.id] = n
+                    budget -= n
             budget, refund = budget + refund, 0
         return budget
 
