@@ -165,6 +165,16 @@ class BlockGrower:
             return k_end
         events.sort()
         j, m = 0, len(events)
+        if kv.bulk_growth and kv.can_allocate(m):  # the pool gives them all: no step can be refused
+            blocks, tables, used = kv.pool.take(m), kv.tables, kv.num_used - m
+            for b, (k, i) in zip(blocks, events):
+                tables[reqs[i].id].append(b)
+                due[i] = k + bs
+            changes = self.changes
+            for j, (k, _) in enumerate(events, 1):
+                if j == m or events[j][0] != k:
+                    changes.append((k, used + j))
+            return k_end
         while j < m:
             k = events[j][0]
             e = j + 1

@@ -80,6 +80,9 @@ class KVManager:
 
     static_refusal = True
     covered_is_noop = True
+    bulk_growth = True
+    """True when ``grow_one`` is a plain take from the free list, so several can be taken at
+    once in the same order (the decode fast-forward's block grower)."""
     """True when ``allocate`` for tokens a request's table already covers changes nothing (the
     schedulers then skip the call on their hot path; prefix caching registers full blocks then)."""
 

@@ -163,6 +163,7 @@ class PrefixKVManager(KVManager):
 
     static_refusal = False  # an admission attempt looks the prefix up, which touches the cache
     covered_is_noop = False  # allocate registers newly full blocks in the cache even without growing
+    bulk_growth = False  # growing may evict cached blocks and registers full ones
 
     def grow_one(self, req_id: int, total_tokens: int) -> bool:
         return self.allocate(req_id, total_tokens)  # may evict and registers full blocks
