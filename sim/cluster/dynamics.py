@@ -3,10 +3,10 @@
 ``faults.py``, the scaling decision and the fleet record in ``autoscale.py``.
 
 ``PoolDynamics`` applies them to the engine it serves. It imports no simpy: its two processes
-(``faults``, ``autoscale``) wait on the engine's own environment (``eng.env``), and it changes
-the engine only through what the engine names for it: ``replicas``, ``own``, ``by_id``,
-``steps``, ``itl``, ``end_s`` and the methods ``_new_replica``, ``_replica`` (a replica's
-process), ``_dispatch`` (route a request again, or park it), ``_leave`` and ``_done``.
+(``faults``, ``autoscale``) wait on the engine's own environment, and it uses only these parts
+of the engine: ``cfg``, ``env``, ``faults``, ``replicas``, ``own``, ``by_id``, ``steps``,
+``itl``, ``end_s`` and the methods ``_new_replica``, ``_replica`` (a replica's process),
+``_dispatch`` (route a request again, or park it), ``_leave`` and ``_done``.
 """
 from __future__ import annotations
 
