@@ -9,7 +9,6 @@ per token. Where the pieces live: docs/architecture.md.
 """
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -20,13 +19,14 @@ import simpy
 from sim import lifecycle
 from sim.catalog import get_hardware, get_model
 from sim.cluster import ROUTERS, ReplicaLoad
-from sim.cluster.autoscale import FleetLog, decide
+from sim.cluster.autoscale import FleetLog
 from sim.cluster.disagg import Disaggregation
-from sim.cluster.faults import FaultLog, FaultSchedule, ScaledCost
+from sim.cluster.dynamics import PoolDynamics
+from sim.cluster.faults import FaultSchedule, ScaledCost
 from sim.config import Config
 from sim.cost import make_cost_model
 from sim.cost.memory import memory_for_config
-from sim.fastforward import decode_run, run_prefix, steady_decode
+from sim.fastforward import decode_run, steady_decode
 from sim.kv import KVManager, make_kv_manager
 from sim.metrics.requestlog import RequestLog
 from sim.metrics.records import ParquetSink
@@ -35,6 +35,7 @@ from sim.request import Request
 from sim.scheduler import REGISTRY
 from sim.types import BatchShape
 from sim.workload import build_workload
+from sim.workload.closed_loop import Clients
 
 
 @dataclass
@@ -86,28 +87,30 @@ class Replica:
 
 
 class Engine:
-    """Wiring (``__init__``) and the event loop (``_arrivals`` / ``_clients`` feed ``admit``;
-    one ``_replica`` loop per replica).
+    """Wiring (``__init__``), admission, and the event loop: arrivals (``_arrivals``, or the
+    closed-loop ``clients``) feed ``admit``, which routes each request to a replica; each replica
+    runs one loop (``_replica`` -> ``_serve``). ``run`` starts the processes and gathers the
+    output.
 
-    How one step flows, in ``_replica``:
+    How one step flows, in ``_serve``:
 
     1. ``scheduler.schedule(now)`` -> ``StepPlan`` (the policy; it may call its KV manager);
     2. ``_step``: ``lifecycle.commit`` applies preemptions and marks the plan's requests
-       scheduled, giving the ``BatchShape``; ``cost.step_time`` prices it; the loop waits that
-       long; ``lifecycle.complete_step`` emits tokens; finished requests leave their scheduler
-       (``_leave``), and under disaggregation first-token requests move to a decode replica;
+       scheduled, giving the ``BatchShape``; ``_cost(rep, start).step_time`` prices it; the loop
+       waits that long; ``lifecycle.complete_step`` emits tokens; finished requests leave their
+       scheduler (``_leave`` -> ``_done``: the row is written), and under disaggregation
+       first-token requests move to a decode replica (``_transfer``);
     3. ``steps.add`` records the row.
 
     Fast-forward replaces 2-3 when ``fastforward.steady_decode`` holds: ``_run`` prices the whole
-    run of identical decode steps (``fastforward.decode_run``), waits once for its end, and
-    applies it with ``lifecycle.complete_run``.
+    run of identical decode steps (``fastforward.decode_run``) up to the next possible arrival
+    (``next_arrival_for``) or fault change, waits once for its end, and applies it with
+    ``lifecycle.complete_run``.
 
-    Faults and autoscaling (docs/faults.md) change the pool over time: ``_faults`` applies
-    scheduled crashes (``crash``: the replica's process is interrupted, its requests re-queued
-    through ``_dispatch`` or lost) and restarts (``restart``); ``_autoscale`` adds replicas after
-    a cold start and releases idle ones; ``_cost`` prices a step of a slowed replica. The pure
-    parts (the schedule, the factors, the scaling decision) live in ``sim/cluster/faults.py`` and
-    ``sim/cluster/autoscale.py``.
+    Around the loop: ``self.faults`` (``sim/cluster/faults.py``) slows the steps of a straggling
+    replica (``_cost``); ``self.dynamics`` (``sim/cluster/dynamics.py``) crashes, restarts and
+    autoscales replicas and holds the requests parked while none serves; ``self.clients``
+    (``sim/workload/closed_loop.py``) are the closed-loop clients, woken by ``_done``.
     """
 
     def __init__(self, cfg: Config, progress=None, record_plans: bool = False, stream_to=None,
@@ -121,24 +124,12 @@ class Engine:
         self.plans: list | None = [] if record_plans else None
         self.model = get_model(cfg.model)
         self.hw = get_hardware(cfg.hardware)
-        knobs = cfg.scheduler.knobs()
-        tp, pp = cfg.parallelism.tp, cfg.parallelism.pp
-        kv_dtype = cfg.kv_dtype
         self.mem = memory_for_config(cfg, self.model, self.hw)
         self.cost = make_cost_model(cfg, self.model, self.hw)
-        self.sched_cls, self.knobs = REGISTRY[cfg.scheduler.name], knobs
-        sched_cls = self.sched_cls
-        self.warnings: list[str] = []
-        if cfg.kv.prefix_caching and not sched_cls.uses_prefix_hits:
-            users = ", ".join(sorted(n for n, c in REGISTRY.items() if c.uses_prefix_hits))
-            self.warnings.append(f"kv.prefix_caching is on but scheduler {cfg.scheduler.name!r} never uses prefix-cache "
-                                 f"hits (blocks are cached, no prefill is skipped); schedulers that use them: {users}")
+        self.sched_cls, self.knobs = REGISTRY[cfg.scheduler.name], cfg.scheduler.knobs()
+        self.warnings: list[str] = prefix_caching_warnings(cfg)
         self.replicas = [self._new_replica(i) for i in range(cfg.cluster.replicas)]
-        npre = cfg.cluster.prefill_replicas
-        self.disagg: Disaggregation | None = None
-        if npre:
-            bw = cfg.cluster.kv_transfer_gbps * 1e9 if cfg.cluster.kv_transfer_gbps else self.hw.host_bw * tp * pp
-            self.disagg = Disaggregation(self.replicas, npre, bw, self.model.kv_bytes_per_token(kv_dtype))
+        self.disagg = Disaggregation.for_config(cfg, self.replicas, self.hw, self.model)  # None: not disaggregated
         self.entry_pool = self.disagg.entry_pool if self.disagg else self.replicas  # where arrivals go
         self.route = ROUTERS[cfg.cluster.router]
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
@@ -151,31 +142,17 @@ class Engine:
         self.admitted = 0
         self.steps = StepLog(keep_rows=cfg.output.step_records)
         self.itl = ItlSketch() if self.sink is not None else ItlLog()
-        # decode fast-forward: exact, so on by default; needs the next arrival time (open loop:
-        # the read-ahead; closed loop: the clients' pending ramp-up and think timeouts, since a
-        # client waiting on its response can only send after a run, which ends at a completion)
-        # and a router whose turns are known in advance
-        self.fast_forward = (cfg.engine.fast_forward and record_plans is False
-                             and (cfg.cluster.replicas == 1 or self.route.turns is not None) and self.disagg is None
-                             # closed loop: a completion on one replica lets a client send to another
-                             # in the middle of that one's run, so only a single replica is exact
-                             and (cfg.workload.closed_loop is None or cfg.cluster.replicas == 1))
-        self.client_wakes: dict[int, float] = {}  # closed loop: client -> time its pending timeout ends
+        self.fast_forward = cfg.engine.fast_forward and record_plans is False and fast_forward_exact(cfg, self.route)
         self.upcoming: deque = deque()  # arrivals read ahead of time (open loop)
         self.env = simpy.Environment()
         self.arrivals_done = False
-        self.done_events: dict[int, simpy.Event] = {}  # closed-loop clients wait on these
         self.progress = progress
-        # faults and autoscaling (sim/cluster/faults.py, autoscale.py): the pool changes over time
+        self.clients = Clients(self) if cfg.workload.closed_loop else None
+        # faults (the schedule prices steps; crashes change the pool) and autoscaling
         self.faults = FaultSchedule(cfg.faults.events)
-        self.fault_log = FaultLog(cfg.faults.on_crash)
-        auto = cfg.cluster.autoscale
-        self.fleet = FleetLog(tp * pp) if auto.enabled else None
-        self.dynamic = bool(self.faults.crashes) or auto.enabled
+        self.dynamics = PoolDynamics(self)
+        self.dynamic = bool(self.faults.crashes) or cfg.cluster.autoscale.enabled  # the pool changes
         self.end_s: float | None = None  # when the last open request ended (dynamic runs)
-        self.parked: deque = deque()  # requests waiting for any replica to serve
-        # crashes re-queue and restarts un-park requests: they end decode runs, as arrivals do
-        self._changes = sorted({t for c in self.faults.crashes for t in (c.at_s, c.restart_s)})
 
     def _new_replica(self, i: int, lives: int = 0) -> Replica:
         """Replica ``i`` with an empty KV pool and a fresh scheduler (its ``lives``-th start)."""
@@ -195,16 +172,17 @@ class Engine:
         self.admitted += 1
         if spec.max_output_tokens is None:
             spec = replace(spec, max_output_tokens=max(1, ctx - spec.prompt_tokens))
-        if spec.prompt_tokens + spec.output_tokens > ctx:
-            if self.shard[0]:
-                return
-            req = self._new(spec, order)
-            return self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} tokens exceed "
-                                     f"{self.model.id}'s context of {ctx}")
-        rep = self._route(spec)
-        if rep is not None and rep.idx not in self.own:
-            return
-        self._place(self._new(spec, order), rep)
+        too_long = spec.prompt_tokens + spec.output_tokens > ctx
+        rep = None if too_long else self._route(spec)
+        if (too_long and self.shard[0]) or (rep is not None and rep.idx not in self.own):
+            return  # another shard's request
+        req = Request(spec)
+        req.order = order
+        self.by_id[req.id] = req
+        if too_long:
+            return self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} "
+                                     f"tokens exceed {self.model.id}'s context of {ctx}")
+        self._place(req, rep)
 
     def _route(self, spec) -> Replica | None:
         """The serving entry replica the router picks for ``spec`` (None: none serves)."""
@@ -222,7 +200,7 @@ class Engine:
     def _place(self, req: Request, rep: Replica | None) -> None:
         """``req`` joins ``rep``'s scheduler, is rejected by it, or (no replica serves) is parked."""
         if rep is None:
-            self.parked.append(req)
+            self.dynamics.parked.append(req)
             return
         req.replica = rep.idx
         reason = rep.scheduler.reject_reason(req)
@@ -231,20 +209,8 @@ class Engine:
         rep.scheduler.add(req)
         rep.poke()
 
-    def _new(self, spec, order: int) -> Request:
-        req = Request(spec)
-        req.order = order
-        self.by_id[req.id] = req
-        return req
-
     def _reject(self, req: Request, reason: str) -> None:
         lifecycle.reject(req, reason)
-        self._done(req)
-
-    def _lose(self, req: Request, reason: str) -> None:
-        """A fault took ``req``: it ends unserved, with the reason (``code: detail``)."""
-        lifecycle.lose(req, reason)
-        self.fault_log.lose(reason.split(":")[0])
         self._done(req)
 
     def _abort(self, plan) -> None:
@@ -257,15 +223,12 @@ class Engine:
         its closed-loop client, count progress; note when the last request in flight ends."""
         self.requests.add(req, req.order)
         del self.by_id[req.id]
-        if self.done_events:
-            ev = self.done_events.pop(req.id, None)
-            if ev is not None:
-                ev.succeed()
-                self.client_wakes[ev.client] = self.env.now  # it sends again at now + think, at the earliest
+        if self.clients is not None:
+            self.clients.finished(req.id)
         if self.progress is not None:
             self.progress.update(1)
         if not self.by_id and self.arrivals_done and self.dynamic:
-            self._drained()
+            self._arrivals_finished()  # the last open request ended: replicas may stop
 
     # ------------------------------------------------------------------ one step / one run
     def _step(self, rep: Replica, plan, start: float):
@@ -298,7 +261,7 @@ class Engine:
         reqs = [self.by_id[rid] for rid in plan.num_new_tokens]
         arrival = self.next_arrival_for(rep)
         if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
-            arrival = min(arrival, self.next_fault_change(rep, start))
+            arrival = min(arrival, self.faults.next_change(rep.idx, start))
         run = decode_run(reqs, rep.kv, self._cost(rep, start), start, arrival, self.steps.keep_rows)
         waiting = len(rep.scheduler.waiting)  # arrivals can land only in the run's last step
         rep.run = (run, waiting)
@@ -319,8 +282,7 @@ class Engine:
         dst, reason = self.disagg.land(r)
         if dst is None:  # every decode replica is down: prefill again from scratch
             lifecycle.crash_requeue(r)
-            self.fault_log.requeued += 1
-            return self._dispatch(r)
+            return self.dynamics.requeue(r)
         if reason:  # the decode replica could never admit it: aborted, counted
             self._reject(r, reason)
         dst.poke()
@@ -333,7 +295,7 @@ class Engine:
         the next arrival; otherwise the router's ``turns`` tell which upcoming arrival is this
         replica's."""
         if self.cfg.workload.closed_loop is not None:  # any replica: a lower bound
-            return min(self.client_wakes.values(), default=float("inf"))
+            return min(self.clients.wakes.values(), default=float("inf"))
         up = self.upcoming
         if not up:
             return float("inf")
@@ -356,15 +318,10 @@ class Engine:
         compute, link = self.faults.factors(rep.idx, start)
         return rep.cost if compute == 1.0 and link == 1.0 else ScaledCost(rep.cost, compute, link)
 
-    def next_fault_change(self, rep: Replica, t: float) -> float:
-        """The first time after ``t`` at which a fault changes ``rep``'s step prices or can
-        send it requests (a crash re-queues, a restart un-parks)."""
-        edge = self.faults.next_edge(rep.idx, t)
-        i = bisect.bisect_right(self._changes, t)
-        return min(edge, self._changes[i]) if i < len(self._changes) else edge
-
     # ------------------------------------------------------------------ processes
     def _arrivals(self):
+        """The open-loop process: admit each request at its arrival time, reading ahead into
+        ``upcoming`` so that ``next_arrival_for`` sees the next ones."""
         env = self.env
         it = iter(self.workload)
         ahead = 2 * len(self.replicas)  # specs read ahead, so a replica can know its next arrival
@@ -385,162 +342,14 @@ class Engine:
             self.admit(spec)
         self._arrivals_finished()
 
-    def _client(self, c: int, budget: list[int]):
-        """One closed-loop client: think, send, wait for the response, repeat while the shared
-        request budget lasts (``budget[0]`` requests left; None = until ``duration_s``)."""
-        from sim.types import RequestSpec
-        from sim.workload.closed_loop import client_draws
-
-        env, wl, wakes = self.env, self.cfg.workload, self.client_wakes
-        clipped = self.workload.info.setdefault("clipped", {"prompt": 0, "output": 0})
-        ramp = wl.closed_loop.ramp_up_s * c / wl.closed_loop.clients
-        if ramp > 0:
-            wakes[c] = env.now + ramp
-            yield env.timeout(ramp)
-            del wakes[c]
-        for think, prompt, output, p_clip, o_clip in client_draws(wl, self.cfg.seed, c):
-            if think > 0:
-                wakes[c] = env.now + think
-                yield env.timeout(think)
-                del wakes[c]
-            if wl.duration_s is not None and env.now > wl.duration_s:
-                return
-            if budget[0] is not None:
-                if budget[0] <= 0:
-                    return
-                budget[0] -= 1
-            clipped["prompt"] += p_clip
-            clipped["output"] += o_clip
-            rid = self.admitted
-            done = self.done_events[rid] = env.event()
-            done.client = c
-            self.admit(RequestSpec(id=rid, arrival_s=env.now, prompt_tokens=prompt, output_tokens=output,
-                                   session_id=f"client-{c}"))
-            yield done
-            wakes.pop(c, None)
-
-    def _clients(self):
-        cl = self.cfg.workload.closed_loop
-        budget = [self.cfg.workload.num_requests]
-        yield simpy.AllOf(self.env, [self.env.process(self._client(c, budget)) for c in range(cl.clients)])
-        self.workload.info["source"] = f"closed loop: {cl.clients} clients, think {cl.think} mean {cl.think_time_s} s"
-        self._arrivals_finished()
-
     def _arrivals_finished(self):
+        """No request will arrive any more (or, after that, the last open request ended): note
+        when the last open request ended (dynamic runs) and wake every replica, so idle ones stop."""
         self.arrivals_done = True
         if self.dynamic and not self.by_id:
             self.end_s = self.env.now
         for rep in self.replicas:
             rep.poke()
-
-    def _drained(self) -> None:
-        """The last open request ended after the last arrival: replicas may stop."""
-        self.end_s = self.env.now
-        for rep in self.replicas:
-            rep.poke()
-
-    # ------------------------------------------------------------------ faults and autoscaling
-    def crash(self, rep: Replica, now: float) -> bool:
-        """Replica ``rep`` fails at ``now``: its step in progress is discarded (the steps of a
-        decode run that ended before stand) and the requests it held are re-queued through the
-        router or lost (``faults.on_crash``); False if it was not serving."""
-        if not rep.up:
-            self.fault_log.skipped += 1
-            return False
-        rep.up = False
-        self.fault_log.applied.append((now, "crash", rep.idx))
-        if rep.run is not None:  # a decode run in flight: the steps that ended before the crash count
-            run, waiting = rep.run
-            rep.run = None
-            k = bisect.bisect_right(run.times, now) - 1
-            if k > 0:
-                part = run_prefix(run, k)
-                for r in lifecycle.complete_run(part.reqs, part.times, k, self.itl):
-                    self._leave(rep, r)
-                self.steps.add_run(rep.idx, part, waiting, waiting, part.used[-1])
-        if rep.proc is not None and rep.proc.is_alive:
-            rep.proc.interrupt("crash")
-        rep.wake = None
-        held = list(rep.scheduler.running) + list(rep.scheduler.waiting)
-        rep.scheduler.running.clear()
-        rep.scheduler.waiting.clear()
-        self._record_fleet(now)
-        for r in held:
-            lifecycle.crash_requeue(r)  # the KV died with the replica; emitted tokens stay emitted
-            if self.cfg.faults.on_crash == "lose":
-                self._lose(r, f"replica_crash: replica {rep.idx} failed at {now:g} s")
-            else:
-                self.fault_log.requeued += 1
-                self._dispatch(r)
-        return True
-
-    def restart(self, rep: Replica, now: float, event: str = "restart") -> None:
-        """``rep`` serves again (after a crash or a cold start) with an empty KV pool and a fresh
-        scheduler; requests parked while no replica served are dispatched."""
-        fresh = self._new_replica(rep.idx, rep.lives + 1)
-        rep.scheduler, rep.kv, rep.lives, rep.up = fresh.scheduler, fresh.kv, rep.lives + 1, True
-        if event == "restart":
-            self.fault_log.applied.append((now, event, rep.idx))
-        rep.proc = self.env.process(self._replica(rep))
-        self._record_fleet(now)
-        parked, self.parked = self.parked, deque()
-        for r in parked:
-            self._dispatch(r)
-
-    def _faults(self):
-        """Apply the scheduled crashes and restarts at their times."""
-        env = self.env
-        todo = [(c.at_s, 1, c.replica, c.restart_s) for c in self.faults.crashes]
-        heapq.heapify(todo)
-        while todo:
-            t, kind, idx, restart_s = heapq.heappop(todo)
-            if t > env.now:
-                yield env.timeout(t - env.now)
-            if self.end_s is not None:
-                return
-            rep = self.replicas[idx]
-            if kind == 1:
-                if self.crash(rep, env.now):
-                    heapq.heappush(todo, (restart_s, 0, idx, restart_s))
-            elif not rep.retired:
-                self.restart(rep, env.now)
-
-    def _autoscale(self):
-        """Every ``interval_s``: size the fleet (sim/cluster/autoscale.py); new replicas serve
-        after the cold start; idle ones are released."""
-        env, a = self.env, self.cfg.cluster.autoscale
-        while True:
-            yield env.timeout(a.interval_s)
-            if self.end_s is not None:
-                return
-            live = [r for r in self.replicas if not r.retired]
-            idle = [r.idx for r in live if r.up and not r.scheduler.has_work()]
-            add, remove = decide(len(self.by_id), len(live), idle, a)
-            for idx in remove:
-                rep = self.replicas[idx]
-                rep.retired, rep.up = True, False
-                self.fleet.released[idx] = env.now
-                if rep.proc is not None and rep.proc.is_alive:
-                    rep.proc.interrupt("retired")
-            for _ in range(add):
-                rep = self._new_replica(len(self.replicas))
-                rep.up = False
-                self.replicas.append(rep)  # also the entry pool: autoscaling excludes disaggregation
-                self.own.add(rep.idx)
-                self.fleet.provisioned[rep.idx] = env.now
-                env.process(self._cold_start(rep, a.cold_start_s))
-            if add or remove:
-                self._record_fleet(env.now)
-
-    def _cold_start(self, rep: Replica, seconds: float):
-        yield self.env.timeout(seconds)
-        if self.end_s is None:
-            self.restart(rep, self.env.now, event="cold_start")
-
-    def _record_fleet(self, now: float) -> None:
-        if self.fleet is not None:
-            live = [r for r in self.replicas if not r.retired]
-            self.fleet.record(now, len(live), sum(r.up for r in live))
 
     def _replica(self, rep: Replica):
         """One replica's process: its loop, until it stops, crashes or is released (a crash
@@ -581,36 +390,22 @@ class Engine:
                 yield from self._step(rep, plan, env.now)
 
     def run(self) -> SimOutput:
-        self.env.process(self._clients() if self.cfg.workload.closed_loop else self._arrivals())
+        """Start the processes (arrivals or clients, the replicas, faults and autoscaling), run
+        until nothing is left to happen, and gather the output."""
+        self.env.process(self.clients.run() if self.clients else self._arrivals())
         for rep in self.replicas:
             if rep.idx in self.own:
                 rep.proc = self.env.process(self._replica(rep))
-        if self.faults.crashes:  # (faults and autoscaling run in one process: sim.shards refuses them)
-            self.env.process(self._faults())
-        if self.fleet is not None:
-            self.fleet.provisioned.update((r.idx, 0.0) for r in self.replicas)
-            self._record_fleet(0.0)
-            self.env.process(self._autoscale())
+        self.dynamics.start()
         self.env.run()
         end = self.env.now if self.end_s is None else self.end_s  # timers past the last request do not count
-        for r in self.parked:  # only when no replica ever served again
-            self._lose(r, "no_replica: no replica served after it was parked")
-        self.parked.clear()
+        self.dynamics.lose_parked()
         for r in sorted(self.by_id.values(), key=lambda r: r.order):  # unfinished: rows too
             self.requests.add(r, r.order)
         if self.sink is not None:
             self.requests.flush()
             self.sink.close()
-        cfg = self.cfg
-        return SimOutput(
-            config=cfg, requests=self.requests, steps=self.steps, itl=self.itl, memory=self.mem.as_dict(),
-            num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=end,
-            workload_info=dict(self.workload.info), cost_source=self.cost.source,
-            cost_params={"source": self.cost.params_source, **self.cost.p.as_dict()},
-            out_of_range=self.cost.out_of_range_total(), kv_blocks_per_replica=self.mem.num_gpu_blocks,
-            cost_info=self.cost.describe() if hasattr(self.cost, "describe") else None,
-            warnings=self.warnings + clip_warnings(self.workload.info, cfg, self.admitted),
-            faults=self.fault_log.summary(self.faults, end) if cfg.faults.events else None, fleet=self.fleet)
+        return output(self, end)
 
 
 class _At(simpy.events.Timeout):
@@ -625,6 +420,41 @@ class _At(simpy.events.Timeout):
         self._delay = at - env.now
         self._ok = True
         heapq.heappush(env._queue, (at, simpy.core.NORMAL, next(env._eid), self))
+
+
+def output(eng: Engine, end: float) -> SimOutput:
+    """What ``eng`` produced, its run having ended at ``end``."""
+    cfg, cost = eng.cfg, eng.cost
+    return SimOutput(
+        config=cfg, requests=eng.requests, steps=eng.steps, itl=eng.itl, memory=eng.mem.as_dict(),
+        num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=end,
+        workload_info=dict(eng.workload.info), cost_source=cost.source,
+        cost_params={"source": cost.params_source, **cost.p.as_dict()},
+        out_of_range=cost.out_of_range_total(), kv_blocks_per_replica=eng.mem.num_gpu_blocks,
+        cost_info=cost.describe() if hasattr(cost, "describe") else None,
+        warnings=eng.warnings + clip_warnings(eng.workload.info, cfg, eng.admitted),
+        faults=eng.dynamics.log.summary(eng.faults, end) if cfg.faults.events else None,
+        fleet=eng.dynamics.fleet)
+
+
+def fast_forward_exact(cfg: Config, route) -> bool:
+    """Whether decode fast-forward gives exactly the steps taken one by one for ``cfg``. It needs
+    the next arrival time (open loop: the read-ahead; closed loop: the clients' pending ramp-up
+    and think timeouts, since a client waiting on its response can only send after a run, which
+    ends at a completion) and, with several replicas, a router whose turns are known in advance;
+    no disaggregation; and in a closed loop a single replica (a completion on one replica lets a
+    client send to another in the middle of that one's run)."""
+    return ((cfg.cluster.replicas == 1 or route.turns is not None) and not cfg.cluster.prefill_replicas
+            and (cfg.workload.closed_loop is None or cfg.cluster.replicas == 1))
+
+
+def prefix_caching_warnings(cfg: Config) -> list[str]:
+    """The warning for prefix caching with a scheduler that never uses its hits (else none)."""
+    if not cfg.kv.prefix_caching or REGISTRY[cfg.scheduler.name].uses_prefix_hits:
+        return []
+    users = ", ".join(sorted(n for n, c in REGISTRY.items() if c.uses_prefix_hits))
+    return [f"kv.prefix_caching is on but scheduler {cfg.scheduler.name!r} never uses prefix-cache "
+            f"hits (blocks are cached, no prefill is skipped); schedulers that use them: {users}"]
 
 
 def clip_warnings(info: dict, cfg: Config, arrived: int) -> list[str]:

@@ -138,3 +138,17 @@ def test_goodput_per_slo_class_uses_each_class_limits():
     met = tight["slo_attainment"] * tight["arrived"] + loose["slo_attainment"] * loose["arrived"]
     assert g["slo_attainment"] == pytest.approx(met / 200)
     assert set(g["by_tenant"]) == {"chat", "batch"}
+
+
+def test_only_the_engine_imports_simpy():
+    """The engine owns simulated time (DESIGN.md section 2): the objects it drives (faults and
+    autoscaling, closed-loop clients) wait on its environment without importing simpy."""
+    import re
+    from pathlib import Path
+
+    import sim
+
+    root = Path(sim.__file__).parent
+    importers = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py")
+                       if re.search(r"^\s*(import simpy|from simpy\b)", p.read_text(), re.M))
+    assert importers == ["engine.py"]

@@ -281,5 +281,5 @@ def test_every_request_is_conserved_and_fast_forward_stays_exact(events, on_cras
         return
     pd.testing.assert_frame_equal(requests_frame(o1), requests_frame(o2))
     pd.testing.assert_frame_equal(steps_frame(o1).drop(columns="cost_source"), steps_frame(o2).drop(columns="cost_source"))
-    assert o1.simulated_s == o2.simulated_s and e1.fault_log.requeued == e2.fault_log.requeued
-    event(f"requeued: {e1.fault_log.requeued > 0}, lost: {bool(e1.fault_log.lost)}, setup: {setup}")
+    assert o1.simulated_s == o2.simulated_s and e1.dynamics.log.requeued == e2.dynamics.log.requeued
+    event(f"requeued: {e1.dynamics.log.requeued > 0}, lost: {bool(e1.dynamics.log.lost)}, setup: {setup}")

@@ -31,6 +31,17 @@ class Disaggregation:
         self.kv_bytes_per_token = kv_bytes_per_token
         self.in_flight = 0  # KV transfers under way
 
+    @classmethod
+    def for_config(cls, cfg, replicas: list, hw, model) -> Disaggregation | None:
+        """The disaggregation ``cfg`` asks for (``cluster.prefill_replicas``; None when it is 0).
+        The link defaults to the hardware's host link times the GPUs of a replica."""
+        npre = cfg.cluster.prefill_replicas
+        if not npre:
+            return None
+        gpus = cfg.parallelism.tp * cfg.parallelism.pp
+        bw = cfg.cluster.kv_transfer_gbps * 1e9 if cfg.cluster.kv_transfer_gbps else hw.host_bw * gpus
+        return cls(replicas, npre, bw, model.kv_bytes_per_token(cfg.kv_dtype))
+
     def hand_off(self, rep, r) -> float:
         """``r`` got its first token on prefill replica ``rep``: it leaves (its blocks return to
         the pool) and its KV starts moving; the transfer's seconds."""

@@ -57,6 +57,8 @@ class FaultSchedule:
         self.windows = [Window(e.kind, e.at_s, e.at_s + e.duration_s, e.replica, e.factor)
                         for e in events if e.kind != "crash"]
         self._edges: dict = {}  # replica -> sorted start / end times of the windows that hit it
+        # crashes re-queue and restarts un-park requests: they end decode runs, as arrivals do
+        self._changes = sorted({t for c in self.crashes for t in (c.at_s, c.restart_s)})
 
     def __bool__(self) -> bool:
         return bool(self.crashes or self.windows)
@@ -82,6 +84,13 @@ class FaultSchedule:
                                                    for x in (w.start, w.end)})
         i = bisect.bisect_right(edges, t)
         return edges[i] if i < len(edges) else float("inf")
+
+    def next_change(self, replica: int, t: float) -> float:
+        """The first time after ``t`` at which a fault changes ``replica``'s step prices or can
+        send it requests (a crash re-queues, a restart un-parks): where a decode run must end."""
+        edge = self.next_edge(replica, t)
+        i = bisect.bisect_right(self._changes, t)
+        return min(edge, self._changes[i]) if i < len(self._changes) else edge
 
 
 class ScaledCost:

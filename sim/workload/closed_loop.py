@@ -1,8 +1,11 @@
-"""Closed-loop clients: the draws each client makes (think times, lengths).
+"""Closed-loop clients: each thinks, sends one request, waits for its response, and repeats.
 
-The engine owns the feedback (a client waits for its request to finish); this module only
-supplies each client's own seeded stream, so results do not depend on the order in which
-clients happen to be served.
+``client_draws`` gives each client its own seeded stream (think times, lengths), so results do
+not depend on the order in which clients happen to be served. ``Clients`` runs them as processes
+of the engine's environment (it imports no simpy: it waits on ``eng.env``): a client sends
+through ``eng.admit`` and the engine calls ``finished`` when a request leaves, which wakes the
+client that sent it. ``wakes`` tells the engine's decode fast-forward when a client can send
+next (``Engine.next_arrival_for``).
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from sim.types import RequestSpec
 from sim.workload.config import WorkloadConfig
 from sim.workload.synthetic import sample_lengths_clipped
 
@@ -29,3 +33,61 @@ def client_draws(cfg: WorkloadConfig, seed: int, client: int) -> Iterator[tuple[
         prompts, p_clip = sample_lengths_clipped(cfg.prompt, CHUNK, rng)
         outputs, o_clip = sample_lengths_clipped(cfg.output, CHUNK, rng)
         yield from zip(think.tolist(), prompts.tolist(), outputs.tolist(), p_clip.tolist(), o_clip.tolist())
+
+
+class Clients:
+    """The closed-loop clients of ``eng`` (``workload.closed_loop``), sharing one request budget
+    (``workload.num_requests``; None: until ``workload.duration_s``)."""
+
+    def __init__(self, eng):
+        self.eng = eng
+        self.wakes: dict[int, float] = {}  # client -> time its pending timeout (ramp-up, think) ends
+        self.waiting: dict = {}  # request id -> the event its client waits on
+
+    def run(self):
+        """The process: every client until each stops, then the engine's end of arrivals."""
+        eng = self.eng
+        env, cl = eng.env, eng.cfg.workload.closed_loop
+        budget = [eng.cfg.workload.num_requests]
+        yield env.all_of([env.process(self._client(c, budget)) for c in range(cl.clients)])
+        eng.workload.info["source"] = f"closed loop: {cl.clients} clients, think {cl.think} mean {cl.think_time_s} s"
+        eng._arrivals_finished()
+
+    def finished(self, rid: int) -> None:
+        """Request ``rid`` left (finished, rejected or lost): its client may send again."""
+        ev = self.waiting.pop(rid, None)
+        if ev is not None:
+            ev.succeed()
+            self.wakes[ev.client] = self.eng.env.now  # it sends again at now + think, at the earliest
+
+    def _client(self, c: int, budget: list[int]):
+        """Client ``c``: think, send, wait for the response, repeat while the shared request
+        budget lasts (``budget[0]`` requests left; None = until ``duration_s``)."""
+        eng = self.eng
+        env, wl, wakes = eng.env, eng.cfg.workload, self.wakes
+        clipped = eng.workload.info.setdefault("clipped", {"prompt": 0, "output": 0})
+        ramp = wl.closed_loop.ramp_up_s * c / wl.closed_loop.clients
+        if ramp > 0:
+            wakes[c] = env.now + ramp
+            yield env.timeout(ramp)
+            del wakes[c]
+        for think, prompt, output, p_clip, o_clip in client_draws(wl, eng.cfg.seed, c):
+            if think > 0:
+                wakes[c] = env.now + think
+                yield env.timeout(think)
+                del wakes[c]
+            if wl.duration_s is not None and env.now > wl.duration_s:
+                return
+            if budget[0] is not None:
+                if budget[0] <= 0:
+                    return
+                budget[0] -= 1
+            clipped["prompt"] += p_clip
+            clipped["output"] += o_clip
+            rid = eng.admitted
+            done = self.waiting[rid] = env.event()
+            done.client = c
+            eng.admit(RequestSpec(id=rid, arrival_s=env.now, prompt_tokens=prompt, output_tokens=output,
+                                  session_id=f"client-{c}"))
+            yield done
+            wakes.pop(c, None)
