@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -171,7 +171,7 @@ class Engine:
         order = self.admitted
         self.admitted += 1
         if spec.max_output_tokens is None:
-            spec = replace(spec, max_output_tokens=max(1, ctx - spec.prompt_tokens))
+            spec = spec.with_output_limit(max(1, ctx - spec.prompt_tokens))
         too_long = spec.prompt_tokens + spec.output_tokens > ctx
         rep = None if too_long else self._route(spec)
         if (too_long and self.shard[0]) or (rep is not None and rep.idx not in self.own):

@@ -31,8 +31,10 @@ class DecodeRun:
     steps: int
 
 
-FIRST_CHUNK = 24
-"""Steps priced in the first go when a run may end at an arrival (runs are usually short)."""
+MAX_GUESS = 4096
+"""When a run may end at an arrival, the first step is priced alone and the next go prices as
+many steps as would fit before the arrival at that step's price (steps only get slower, so
+one go usually reaches it), at most this many; later goes grow fourfold."""
 
 
 def steady_decode(sched, plan, by_id: dict) -> bool:
@@ -79,7 +81,7 @@ def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: floa
     would start at or after ``arrival``, then the end of the last: the clock simpy would keep
     (sequential sums). Prices in chunks: a short list first, then longer arrays."""
     times, t, done = [start], start, 0
-    m = horizon if arrival == float("inf") else FIRST_CHUNK
+    m = horizon if arrival == float("inf") else 1
     while done < horizon:
         m = min(m, horizon - done)
         tot = cost.decode_totals(n, kv_tokens + done * n, longest + done, m)
@@ -92,6 +94,10 @@ def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: floa
                 t += x
                 times.append(t)
                 done += 1
+            if done == 1 and m == 1 and t < arrival < float("inf"):
+                # the first step's price sizes the next go: the steps until the arrival
+                m = min(MAX_GUESS, int((arrival - t) / x) + 2) if x > 0 else MAX_GUESS
+                continue
         else:
             cum = np.cumsum(np.concatenate(([t], tot)))  # sequential, like simpy's clock
             late = np.flatnonzero(cum[:m] >= arrival)

@@ -152,3 +152,15 @@ def test_only_the_engine_imports_simpy():
     importers = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py")
                        if re.search(r"^\s*(import simpy|from simpy\b)", p.read_text(), re.M))
     assert importers == ["engine.py"]
+
+
+def test_with_output_limit_is_replace():
+    """The engine's fast copy of a spec matches dataclasses.replace on every field (a field added
+    to RequestSpec without updating with_output_limit fails here)."""
+    import dataclasses
+
+    from sim.types import RequestSpec
+    vals = {f.name: i + 1 for i, f in enumerate(dataclasses.fields(RequestSpec))}
+    vals.update(block_hashes=(1, 2), session_id="s", slo_class="c", tenant="t", arrival_s=0.5)
+    spec = RequestSpec(**vals)
+    assert spec.with_output_limit(77) == dataclasses.replace(spec, max_output_tokens=77)
