@@ -303,15 +303,16 @@ class BudgetScheduler(Scheduler):
             return v
 
         kv, out, preempted = self.kv, plan.num_new_tokens, plan.preempted
-        tables, bs, covered_is_noop = kv.tables, kv.block_size, kv.covered_is_noop
+        tables, bs, covered_is_noop, chunk = kv.tables, kv.block_size, kv.covered_is_noop, self.chunk
         for r in self.running_order():
             if budget <= 0:
                 break
             if preempted and r.id in preempted:
                 continue
-            n = self.chunk(r, r.num_tokens - r.num_computed, budget)
+            computed = r.num_computed
+            n = chunk(r, r.prompt_tokens + r.num_generated - computed, budget)  # r.remaining, inlined
             if n > 0:
-                total = r.num_computed + n
+                total = computed + n
                 table = tables.get(r.id)
                 # a table that already covers the tokens needs no allocation (when asking has no side effects)
                 if (covered_is_noop and table is not None and total <= len(table) * bs) \
