@@ -15,6 +15,11 @@ picks a framework version, and derives what the cost model needs:
 - ``ar|<gpus>``: custom all-reduce latency by message size (elements of bf16) and GPU count,
   CUDA-graph variant where the framework records both.
 - ``moe``: fused-MoE rows (tokens, hidden, intermediate, top-k, experts, moe tp, dtype).
+- ``quant|compute_scale`` / ``quant|scale_matrix``: the framework's fp8 activation-quantisation
+  kernels by (m tokens, k): the dynamic scale computation (amax) and the scaling to fp8. The
+  fp8 GEMM tables time a dynamically quantised linear (both kernels and the GEMM); the cost
+  model subtracts them where the engine runs a static scale or receives fp8 input
+  (``sim.cost.kerneldb``).
 
 ``message_size`` counts elements, not bytes: at 2^29 elements over 8 H200s the vLLM all-reduce
 takes 4.0 ms, a bus bandwidth of 2*(7/8)*2^30 B / 4.0 ms = 470 GB/s, which is NCCL's measured
@@ -43,7 +48,7 @@ SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200-sxm": "h200_sx
 GEMM_DTYPE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block",
               "fp4": "nvfp4", "nvfp4": "nvfp4"}
 KV_DTYPE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
-CACHE_FORMAT = 1  # bump when the derived layout changes
+CACHE_FORMAT = 2  # bump when the derived layout changes
 
 
 class KernelDbUnavailable(Exception):
@@ -256,6 +261,24 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
                                             "moe_tp_size")]
                                           + [mo["moe_dtype"].map(dt_code).to_numpy(dtype=float),
                                              mo["latency"].to_numpy(dtype=float) / 1e3])
+    # fp8 activation quantisation (dynamic scale, scaling), same version if collected
+    quant_v = versions(system, "quantize", framework, "computescale_perf")
+    if quant_v:
+        qv = version if version in quant_v else quant_v[-1]
+        for name, table in (("compute_scale", "computescale_perf"), ("scale_matrix", "scale_matrix_perf")):
+            path = d / "quantize" / framework / qv / f"{table}.parquet"
+            if not path.is_file():
+                continue
+            q = _read(path, ["kernel_source", "m", "k", "quant_dtype", "latency"])
+            q = q[q["quant_dtype"] == "fp8"]
+            if not len(q):
+                continue
+            (m, k), t = _grid(q, ["m", "k"])
+            t = _fill_axis0(t, m)
+            if np.isnan(t).any():
+                t = _fill_axis0(t.T, k).T
+            out[f"quant|{name}|m"], out[f"quant|{name}|k"], out[f"quant|{name}|t"] = m, k, t
+            meta[f"quant {name}"] = f"{framework} {qv} {q['kernel_source'].iloc[0]}"
     out["meta"] = np.array([f"{k}={v}" for k, v in sorted(meta.items())])
     return out
 
