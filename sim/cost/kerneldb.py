@@ -173,7 +173,8 @@ class KernelDbCostModel(RooflineCostModel):
         self._gemms: dict[str, Grid] = {}
         self.engine = engine_kernels(framework, self.tp)
         self._quant = {name: Grid([arrays[f"quant|{name}|m"], arrays[f"quant|{name}|k"]], arrays[f"quant|{name}|t"])
-                       for name in ("compute_scale", "scale_matrix") if f"quant|{name}|t" in arrays}
+                       for name in ("compute_scale", "scale_matrix")
+                       if f"quant|{name}|t" in arrays and self.gemm_dtype == "fp8" and self.engine["static_fp8"]}
         if self.gemm_dtype == "fp8" and self.engine["static_fp8"] and len(self._quant) < 2:
             self.engine = {**self.engine, "static_fp8": False, "fp8_input": frozenset()}
             self.notes.append("fp8 GEMMs: dynamic activation quantisation kept (no quantisation tables)")
