@@ -27,8 +27,8 @@ Per decoder layer on one GPU (shapes from ``sim.cost.ops``; tensor parallelism s
   kernel (``quant|scale_matrix``) is subtracted too. Its attention op applies the rotary
   embedding and appends to the KV cache inside the measured kernel, and with TP > 1 the
   residual add + RMSNorm run inside the all-reduce kernel: those are not priced again.
-- Engine overhead: ``cpu_step_s`` (per step, by TP) and ``cpu_per_seq_s`` fitted per framework
-  from measured serving runs (``engine_overhead.json``, written by
+- Engine overhead: ``cpu_step_s`` (per step, by TP; ``cpu_per_seq_s`` is 0 in the committed
+  fit) fitted per framework from measured serving runs (``engine_overhead.json``, written by
   ``experiments/fit_engine_overhead.py``; docs/kernel_database.md).
 
 A head shape the attention tables lack is taken from the nearest measured shape (same head dim
