@@ -49,8 +49,22 @@ def test_gemm_lookup_is_exact_on_a_grid_point():
     for m, n, k in ((64, 4096, 4096), (1, 1024, 8192), (1024, 16384, 4096)):
         hit = rows[(rows.m == m) & (rows.n == n) & (rows.k == k)]
         assert len(hit) == 1
-        assert cm._gemm_mnk(m, n, k, "bfloat16") == pytest.approx(hit["latency"].iloc[0] / 1e3, rel=1e-12)
+        capped = rows[(rows.m >= m) & (rows.n == n) & (rows.k == k)]["latency"].min()  # monotone_in_m
+        assert cm._gemm_mnk(m, n, k, "bfloat16") == pytest.approx(capped / 1e3, rel=1e-12)
     assert cm.out_of_range_total() == 0
+
+
+def test_gemm_latency_is_capped_by_every_larger_m():
+    t = np.array([[27.0, 5.0], [32.0, 6.0], [13.0, 7.0], [32.0, 6.5], [14.0, 9.0]])
+    assert kd.monotone_in_m(t).tolist() == [[13.0, 5.0], [13.0, 6.0], [13.0, 6.5], [14.0, 6.5], [14.0, 9.0]]
+
+
+@needs_db
+def test_isolated_slow_small_m_cells_do_not_reach_decode_batches():
+    cm = _cm(model="llama-3.1-70b", hw="b200", tp=4, dtype="fp8")  # vLLM's table: 32 us at m = 4, 13 us at m = 8
+    n, k = cm.shapes.gemms["qkv"]
+    assert (n, k) == (2560, 8192)
+    assert cm.gemm("qkv", 4) <= cm.gemm("qkv", 8) < 14e-6
 
 
 @needs_db
@@ -281,3 +295,63 @@ def test_collections_without_a_window_size_column_read_as_full_attention():
     cm = make_cost_model(load_config({"model": "llama-2-7b", "hardware": "a100-80gb", "cost": {"model": "kerneldb"}}),
                          get_model("llama-2-7b"), get_hardware("a100-80gb"))
     assert cm.source == "kerneldb" and cm.step_time(BatchShape((128,), (0,))).total > 0
+
+
+def _quant_latency(system, framework, table, m, k):
+    _, version = kd.resolve({"h200_sxm": "h200-sxm", "b200_sxm": "b200"}[system], framework, None)
+    q = pd.read_parquet(kd.data_dir(system) / "quantize" / framework / version / f"{table}.parquet")
+    return q[(q.m == m) & (q.k == k) & (q.quant_dtype == "fp8")]["latency"].iloc[0] / 1e3
+
+
+@needs_db
+def test_trtllm_fp8_gemms_drop_the_dynamic_scale_and_the_fused_quantisation():
+    """TRT-LLM's fp8 table times dynamic scale + scaling + GEMM; the engine runs a static scale,
+    and o_proj / down_proj (and with TP > 1 qkv / gate_up) get fp8 input from their producer."""
+    tp1, tp4 = (_cm(model="llama-3.1-70b", hw="h200-sxm", tp=t, dtype="fp8", framework="trtllm") for t in (1, 4))
+    m = 16
+    for cm, op, scaled in ((tp1, "qkv", True), (tp1, "o", False), (tp4, "qkv", False), (tp4, "down", False)):
+        n, k = cm.shapes.gemms[op]
+        table = cm._gemm_mnk(m, n, k, "fp8")
+        cs = _quant_latency("h200_sxm", "trtllm", "computescale_perf", m, k)
+        sm = _quant_latency("h200_sxm", "trtllm", "scale_matrix_perf", m, k)
+        assert cm.gemm(op, m) == pytest.approx(table - cs - (0.0 if scaled else sm), rel=1e-9), (op, cm.tp)
+    assert tp4.describe()["engine_fusions"]["fp8_input_gemms"] == ["down", "gate_up", "o", "qkv"]
+
+
+@needs_db
+def test_vllm_and_trtllm_bf16_gemms_read_the_table_as_is():
+    for fw, dtype in (("vllm", "fp8"), ("trtllm", "bf16")):
+        cm = _cm(model="llama-3.1-70b", hw="h200-sxm", tp=4, dtype=dtype, framework=fw)
+        n, k = cm.shapes.gemms["qkv"]
+        assert cm.gemm("qkv", 16) == cm._gemm_mnk(16, n, k, cm.gemm_dtype)
+
+
+@needs_db
+def test_trtllm_prices_its_fused_elementwise_kernels_once():
+    """Rotary and the KV-cache write run inside TRT-LLM's attention op; with TP > 1 the residual
+    add + RMSNorm run inside the all-reduce kernel: none is priced again."""
+    for tp, per_layer in ((1, ("rmsnorm", "rmsnorm", "silu_mul")), (4, ("silu_mul",))):
+        cm = _cm(model="llama-3.1-8b", hw="h200-sxm", tp=tp, dtype="fp8", framework="trtllm")
+        _, other, comm = cm._dense_terms(64, 64)
+        L = cm.model.num_layers
+        want = L * sum(cm.elementwise(op, 64) for op in per_layer)
+        want += cm.elementwise("embedding", 64) + cm.elementwise("rmsnorm", 64) + cm.sampling(64)
+        assert other == pytest.approx(want, rel=1e-12)
+        assert comm == pytest.approx(L * 2 * cm.all_reduce(64 * cm.shapes.hidden)
+                                     + kerneldb.RooflineCostModel.collective(cm, "all_gather", 64 * cm.shapes.vocab * 4, tp))
+    v = _cm(model="llama-3.1-8b", hw="h200-sxm", tp=4, dtype="fp8", framework="vllm")
+    L = v.model.num_layers
+    assert v._dense_terms(64, 64)[1] == pytest.approx(
+        L * sum(v.elementwise(op, 64) for op in ("rmsnorm", "rmsnorm", "silu_mul", "rotary", "kv_write"))
+        + v.elementwise("embedding", 64) + v.elementwise("rmsnorm", 64) + v.sampling(64), rel=1e-12)
+
+
+def test_trtllm_quantised_rows_replay_with_an_fp8_kv_cache():
+    from sim.compare import silicon
+
+    row = {"model": "llama-3.1-70b", "hardware": "h200-sxm", "dtype": "fp8", "tp": 4, "concurrency": 8,
+           "isl": 1024, "osl": 128, "backend": "trtllm"}
+    assert silicon.row_config(row, "kerneldb")["kv"] == {"dtype": "fp8"}
+    assert silicon.row_config({**row, "dtype": "nvfp4"}, "kerneldb")["kv"] == {"dtype": "fp8"}
+    assert silicon.row_config({**row, "dtype": "bf16"}, "kerneldb")["kv"] == {}
+    assert silicon.row_config({**row, "backend": "vllm"}, "kerneldb")["kv"] == {}

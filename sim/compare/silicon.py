@@ -19,7 +19,8 @@ duration (every stage of a request's life present in the batch: the least bunche
 Row -> config: ``model_path`` -> catalog model through its aliases (an ``-Instruct``, ``-FP8``
 or ``-NVFP4`` suffix names the same architecture); ``system`` -> catalog GPU
 (``kerneldb_data.SYSTEMS``); ``precision`` -> ``dtype`` (empty: bf16, the checkpoint's dtype;
-fp4: nvfp4, as ``gemm_quant_mode`` says; the KV cache stays in the activation dtype);
+fp4: nvfp4, as ``gemm_quant_mode`` says; the KV cache stays in the activation dtype, except
+TRT-LLM's fp8 / nvfp4 rows: fp8, as its ``auto`` KV dtype follows the ModelOpt checkpoint);
 ``backend`` -> ``cost.framework`` (the database's newest version of it; the row's own
 version is recorded, not matched); ``tp_size`` -> ``parallelism.tp``. The scheduler is vLLM
 V1's (``vllm_v1``: running requests first, then prompt chunks, in one 8192-token budget: also
@@ -41,6 +42,11 @@ from sim.cost import kerneldb_data as kd
 BUCKETS = ((1, 8, "1-8"), (9, 32, "9-32"), (33, 127, "33-127"), (128, 10**9, "128+"))
 SUFFIXES = ("-instruct", "-fp8", "-nvfp4", "-fp4")
 PRECISION = {"fp4": "nvfp4"}  # the csv's fp4 rows are NVFP4 (gemm_quant_mode nvfp4)
+FP8_KV_BACKENDS = {"trtllm"}
+"""Backends whose default KV-cache dtype follows the checkpoint: TRT-LLM's ``kv_cache_config.dtype``
+``auto`` takes the ModelOpt checkpoint's ``kv_cache_quant_algo`` (FP8 in NVIDIA's FP8 and NVFP4
+Llama checkpoints), so its quantised rows run an fp8 KV cache; vLLM's and SGLang's ``auto`` keep
+the model dtype."""
 
 
 def csv_path() -> Path:
@@ -120,8 +126,9 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
 
 def row_config(r, cost_model: str) -> dict:
     c = int(r["concurrency"])
+    kv = {"dtype": "fp8"} if r["backend"] in FP8_KV_BACKENDS and r["dtype"] in ("fp8", "nvfp4") else {}
     return {
-        "model": r["model"], "hardware": r["hardware"], "dtype": r["dtype"],
+        "model": r["model"], "hardware": r["hardware"], "dtype": r["dtype"], "kv": kv,
         "parallelism": {"tp": int(r["tp"])},
         "scheduler": {"name": "vllm_v1", "max_num_seqs": max(256, c)},
         "workload": {"num_requests": c, "prompt": {"kind": "fixed", "value": int(r["isl"])},

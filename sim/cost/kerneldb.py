@@ -18,8 +18,17 @@ Per decoder layer on one GPU (shapes from ``sim.cost.ops``; tensor parallelism s
   from the roofline (the database has no tables for them; they are a few percent of a step).
 - MoE layers from the fused-MoE table when it holds the model's (hidden, intermediate, top-k,
   experts, tp, dtype), else the roofline's expert GEMMs.
-- Engine overhead: ``cpu_step_s`` (per step, by TP) and ``cpu_per_seq_s`` fitted per framework
-  from measured serving runs (``engine_overhead.json``, written by
+- TRT-LLM runs other kernels than the tables' generic composition (``ENGINE_KERNELS``):
+  its per-tensor fp8 linears use the checkpoint's static input scale (ModelOpt checkpoints; the
+  PyTorch flow has no dynamic per-tensor path), so the dynamic-scale kernel timed in the fp8 GEMM
+  table (``quant|compute_scale``) is subtracted; the inputs of o_proj (attention writes fp8
+  output) and down_proj (SwiGLU fused with the quantisation), and with TP > 1 of qkv and
+  gate_up (the all-reduce + residual + RMSNorm + fp8-quant fusion), arrive in fp8, so the scaling
+  kernel (``quant|scale_matrix``) is subtracted too. Its attention op applies the rotary
+  embedding and appends to the KV cache inside the measured kernel, and with TP > 1 the
+  residual add + RMSNorm run inside the all-reduce kernel: those are not priced again.
+- Engine overhead: ``cpu_step_s`` (per step, by TP; ``cpu_per_seq_s`` is 0 in the committed
+  fit) fitted per framework from measured serving runs (``engine_overhead.json``, written by
   ``experiments/fit_engine_overhead.py``; docs/kernel_database.md).
 
 A head shape the attention tables lack is taken from the nearest measured shape (same head dim
@@ -42,6 +51,23 @@ from sim.cost.roofline import RooflineCostModel
 
 SOURCE = "aiconfigurator-core kernel database"
 OVERHEAD_FILE = Path(__file__).with_name("engine_overhead.json")
+
+FP8_INPUT_OPS = frozenset({"o", "down"})
+"""GEMMs whose fp8 input TRT-LLM's producing kernel writes (attention output, fused SwiGLU-quant)."""
+FP8_INPUT_OPS_TP = frozenset({"qkv", "gate_up"})
+"""GEMMs whose fp8 input comes from the fused all-reduce + residual + RMSNorm + quant kernel (TP > 1)."""
+
+
+def engine_kernels(framework: str, tp: int) -> dict:
+    """What the framework's engine fuses, as far as the per-operator tables are concerned:
+    ``static_fp8`` (per-tensor fp8 linears use a static input scale), ``fp8_input`` (GEMMs fed
+    fp8 by their producer), ``fused`` (elementwise operators priced inside another kernel's time).
+    vLLM and SGLang: the tables' own composition (nothing fused beyond what they measure)."""
+    if framework != "trtllm":
+        return {"static_fp8": False, "fp8_input": frozenset(), "fused": frozenset()}
+    fused = {"rotary", "kv_write"} | ({"rmsnorm"} if tp > 1 else set())
+    return {"static_fp8": True, "fp8_input": FP8_INPUT_OPS | (FP8_INPUT_OPS_TP if tp > 1 else frozenset()),
+            "fused": frozenset(fused)}
 
 
 class Grid:
@@ -145,6 +171,13 @@ class KernelDbCostModel(RooflineCostModel):
         self.meta = dict(s.split("=", 1) for s in arrays["meta"].tolist())
         self.notes: list[str] = []
         self._gemms: dict[str, Grid] = {}
+        self.engine = engine_kernels(framework, self.tp)
+        self._quant = {name: Grid([arrays[f"quant|{name}|m"], arrays[f"quant|{name}|k"]], arrays[f"quant|{name}|t"])
+                       for name in ("compute_scale", "scale_matrix")
+                       if f"quant|{name}|t" in arrays and self.gemm_dtype == "fp8" and self.engine["static_fp8"]}
+        if self.gemm_dtype == "fp8" and self.engine["static_fp8"] and len(self._quant) < 2:
+            self.engine = {**self.engine, "static_fp8": False, "fp8_input": frozenset()}
+            self.notes.append("fp8 GEMMs: dynamic activation quantisation kept (no quantisation tables)")
         for dt in ("bfloat16", self.gemm_dtype):
             key = f"gemm|{dt}|t"
             if key not in arrays:
@@ -208,7 +241,25 @@ class KernelDbCostModel(RooflineCostModel):
         if m <= 0:
             return 0.0
         n, k = self.shapes.gemms[op]
-        return self._gemm_mnk(m, n, k, "bfloat16" if op == "lm_head" else self.gemm_dtype)
+        dt = "bfloat16" if op == "lm_head" else self.gemm_dtype
+        t = self._gemm_mnk(m, n, k, dt)
+        if dt == "fp8" and self.engine["static_fp8"]:
+            t = self._static_fp8(t, m, k, op in self.engine["fp8_input"])
+        return t
+
+    def _quant_s(self, name: str, m: int, k: int) -> float:
+        g = self._quant[name]
+        c, _ = g.clamp((float(m), float(k)))
+        return g(c) * (m / c[0] if m > c[0] else 1.0)
+
+    def _static_fp8(self, t: float, m: int, k: int, fp8_input: bool) -> float:
+        """A table fp8 GEMM (dynamic scale + scaling + GEMM) as the engine runs it: without the
+        dynamic-scale kernel, and without the scaling kernel when the input arrives in fp8.
+        Never below half the table time (the GEMM itself dominates at large m)."""
+        q = self._quant_s("compute_scale", m, k)
+        if fp8_input:
+            q += self._quant_s("scale_matrix", m, k)
+        return max(t - q, 0.5 * t)
 
     def moe(self, tokens: int) -> float:
         if self._moe is None:
@@ -270,8 +321,9 @@ class KernelDbCostModel(RooflineCostModel):
         s, L = self.shapes, self.model.num_layers
         mlp = self.moe(tokens) if s.num_experts else self.gemm("gate_up", tokens) + self.gemm("down", tokens)
         gemm = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp) + self.gemm("lm_head", num_seqs)
-        other = L * (2 * self.elementwise("rmsnorm", tokens) + self.elementwise("silu_mul", tokens)
-                     + self.elementwise("rotary", tokens) + self.elementwise("kv_write", tokens))
+        fused = self.engine["fused"]
+        other = L * sum(mult * self.elementwise(op, tokens) for op, mult in
+                        (("rmsnorm", 2), ("silu_mul", 1), ("rotary", 1), ("kv_write", 1)) if op not in fused)
         other += self.elementwise("embedding", tokens) + self.elementwise("rmsnorm", num_seqs) + self.sampling(num_seqs)
         comm = L * 2 * self.all_reduce(tokens * s.hidden)
         comm += RooflineCostModel.collective(self, "all_gather", num_seqs * s.vocab * 4, self.tp)
@@ -284,7 +336,10 @@ class KernelDbCostModel(RooflineCostModel):
         return {"source": SOURCE, "package_version": kd.package_version(), "framework": self.framework,
                 "framework_version": self.version, "system": self.system, "gemm_dtype": self.gemm_dtype,
                 "kv_cache_dtype": "fp8" if self.kv_fp8 else "bfloat16",
-                "kernels": self.meta, "engine_overhead": {"cpu_step_s": self.p.cpu_step_s,
+                "kernels": self.meta, "engine_fusions": {"static_fp8_scale": self.engine["static_fp8"],
+                                                         "fp8_input_gemms": sorted(self.engine["fp8_input"]),
+                                                         "fused_elementwise": sorted(self.engine["fused"])},
+                "engine_overhead": {"cpu_step_s": self.p.cpu_step_s,
                                                           "cpu_per_seq_s": self.p.cpu_per_seq_s,
                                                           "source": self.overhead_source},
                 "notes": list(self.notes)}

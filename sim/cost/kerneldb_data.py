@@ -8,13 +8,19 @@ picks a framework version, and derives what the cost model needs:
 
 - ``gemm|<dtype>``: a dense (m, n, k) grid of latencies per GEMM dtype (``bfloat16``, ``fp8``,
   ``fp8_block``, ``nvfp4``), from the kernel the framework uses most for that dtype; the few
-  cells the collection skipped are filled from the nearest measured m, scaled linearly in m.
+  cells the collection skipped are filled from the nearest measured m, scaled linearly in m,
+  and every cell is capped by the latencies at larger m (``monotone_in_m``).
 - ``ctx`` / ``gen``: the context (prefill) and generation (decode) attention rows, flat
   (batch, length, q heads, kv heads, head dim, kv dtype, latency), bf16 activations, no sliding
   window; the cost model cuts out the 2-D (batch, length) table of its model's shape.
 - ``ar|<gpus>``: custom all-reduce latency by message size (elements of bf16) and GPU count,
   CUDA-graph variant where the framework records both.
 - ``moe``: fused-MoE rows (tokens, hidden, intermediate, top-k, experts, moe tp, dtype).
+- ``quant|compute_scale`` / ``quant|scale_matrix``: the framework's fp8 activation-quantisation
+  kernels by (m tokens, k): the dynamic scale computation (amax) and the scaling to fp8. The
+  fp8 GEMM tables time a dynamically quantised linear (both kernels and the GEMM); the cost
+  model subtracts them where the engine runs a static scale or receives fp8 input
+  (``sim.cost.kerneldb``).
 
 ``message_size`` counts elements, not bytes: at 2^29 elements over 8 H200s the vLLM all-reduce
 takes 4.0 ms, a bus bandwidth of 2*(7/8)*2^30 B / 4.0 ms = 470 GB/s, which is NCCL's measured
@@ -43,7 +49,7 @@ SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200-sxm": "h200_sx
 GEMM_DTYPE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block",
               "fp4": "nvfp4", "nvfp4": "nvfp4"}
 KV_DTYPE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
-CACHE_FORMAT = 1  # bump when the derived layout changes
+CACHE_FORMAT = 4  # bump when the derived layout changes
 
 
 class KernelDbUnavailable(Exception):
@@ -152,6 +158,14 @@ def _fill_axis0(t: np.ndarray, xs: np.ndarray) -> np.ndarray:
     return flat.reshape(t.shape)
 
 
+def monotone_in_m(t: np.ndarray) -> np.ndarray:
+    """Latencies along axis 0 (m) capped by every larger m: a GEMM of m rows can always run as
+    the larger one padded, so t(m) <= t(m') for m < m'. Removes the isolated slow cells some
+    collections hold at small m (B200 vLLM fp8: 24-34 us at m = 1, 2, 4 between 8-17 us
+    neighbours), which interpolation would otherwise spread over the decode batch sizes."""
+    return np.minimum.accumulate(t[::-1], axis=0)[::-1]
+
+
 def _grid(df, axes: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
     """A dense grid of the minimum latency (seconds) over ``axes``, NaN where unmeasured."""
     g = df.groupby(axes, sort=True)["latency"].min()
@@ -206,6 +220,7 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
         if np.isnan(t).any():  # an (n, k) pair never measured: fill along n, then k
             t = np.moveaxis(_fill_axis0(np.moveaxis(t, 1, 0), n), 0, 1)
             t = np.moveaxis(_fill_axis0(np.moveaxis(t, 2, 0), k), 0, 2)
+        t = monotone_in_m(t)
         out[f"gemm|{dt}|m"], out[f"gemm|{dt}|n"], out[f"gemm|{dt}|k"], out[f"gemm|{dt}|t"] = m, n, k, t
         meta[f"gemm {dt}"] = str(g["kernel_source"].iloc[0])
     # attention
@@ -256,6 +271,27 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
                                             "moe_tp_size")]
                                           + [mo["moe_dtype"].map(dt_code).to_numpy(dtype=float),
                                              mo["latency"].to_numpy(dtype=float) / 1e3])
+    # fp8 activation quantisation (dynamic scale, scaling), same version if collected
+    quant_v = versions(system, "quantize", framework, "computescale_perf")
+    if quant_v:
+        qv = version if version in quant_v else quant_v[-1]
+        for name, table in (("compute_scale", "computescale_perf"), ("scale_matrix", "scale_matrix_perf")):
+            path = d / "quantize" / framework / qv / f"{table}.parquet"
+            if not path.is_file():
+                continue
+            q = _read(path, ["kernel_source", "m", "k", "quant_dtype", "latency"])
+            q = q[q["quant_dtype"] == "fp8"]
+            if not len(q):
+                continue
+            (m, k), t = _grid(q, ["m", "k"])
+            # some collections store a difference of two kernels (vLLM: dynamic minus static
+            # quantisation), zero where they tie: floor at 1 ns so log-interpolation holds
+            t = np.where(np.isnan(t), t, np.maximum(t, 1e-9))
+            t = _fill_axis0(t, m)
+            if np.isnan(t).any():
+                t = _fill_axis0(t.T, k).T
+            out[f"quant|{name}|m"], out[f"quant|{name}|k"], out[f"quant|{name}|t"] = m, k, t
+            meta[f"quant {name}"] = f"{framework} {qv} {q['kernel_source'].iloc[0]}"
     out["meta"] = np.array([f"{k}={v}" for k, v in sorted(meta.items())])
     return out
 
