@@ -150,25 +150,33 @@ def serving_config(r: dict, name: str, clients: int, requests: int) -> dict:
     }
 
 
-def predict_serving(r: dict, name: str, max_requests: int) -> float:
+def predict_serving(r: dict, name: str, max_requests: int, overrides: tuple = (), ramp: str = "none") -> float:
     from sim.api import simulate
 
     p, op = r["params"], r["op"]
+    sim = lambda cfg: simulate(cfg, overrides=list(overrides), plots=False, progress=False)  # noqa: E731
     if op == "offline_throughput":
         n = int(min(p["requests"], max_requests))
-        res = simulate(serving_config(r, name, n, n), plots=False, progress=False)
+        res = sim(serving_config(r, name, n, n))
         req = res.requests[res.requests["status"] == "finished"]
         return float(req["output_tokens"].sum() / req["finish_s"].max())
     if op == "e2e_latency":
         n = int(p["batch"])
-        res = simulate(serving_config(r, name, n, n), plots=False, progress=False)
-        return float(res.requests["e2e_s"].mean() * 1e3)
-    key = (name, r["model"], r["hardware"], r["tp"], r["dtype"], r["framework"], r["shape"])
+        return float(sim(serving_config(r, name, n, n)).requests["e2e_s"].mean() * 1e3)
+    key = (name, r["model"], r["hardware"], r["tp"], r["dtype"], r["framework"], r["shape"], overrides, ramp)
     if key not in _CLOSED_LOOP:  # ttft / tpot: one closed-loop run answers both
         c = int(p["concurrency"])  # 3 waves of c clients, the middle one scored
-        res = simulate(serving_config(r, name, c, 3 * c), plots=False, progress=False)
-        req = res.requests[res.requests["status"] == "finished"]
-        req = req[(req["request_id"] >= c) & (req["request_id"] < 2 * c)]
+
+        def middle(cfg):
+            req = sim(cfg).requests
+            req = req[req["status"] == "finished"]
+            return req[(req["request_id"] >= c) & (req["request_id"] < 2 * c)]
+
+        cfg = serving_config(r, name, c, 3 * c)
+        req = middle(cfg)
+        if ramp == "request":  # client i starts i/c of one request's duration late (the least bunched start)
+            cfg["workload"]["closed_loop"]["ramp_up_s"] = float(req["e2e_s"].mean())
+            req = middle(cfg)
         _CLOSED_LOOP[key] = {"ttft": float(req["ttft_s"].mean() * 1e3), "tpot": float(req["tpot_s"].mean() * 1e3)}
     return _CLOSED_LOOP[key][op]
 
@@ -176,12 +184,15 @@ def predict_serving(r: dict, name: str, max_requests: int) -> float:
 _CLOSED_LOOP: dict = {}
 
 
-def predict(r: dict, name: str, max_requests: int) -> float:
-    return predict_kernel(r, name) if r["kind"] == "kernel" else predict_serving(r, name, max_requests)
+def predict(r: dict, name: str, max_requests: int, overrides: tuple = (), ramp: str = "none") -> float:
+    if r["kind"] == "kernel":
+        return predict_kernel(r, name)
+    return predict_serving(r, name, max_requests, overrides, ramp)
 
 
 # ---------------------------------------------------------------------------------- report
-def run(rows: list[dict], models: list[str], max_requests: int, log=print) -> list[dict]:
+def run(rows: list[dict], models: list[str], max_requests: int, log=print, overrides: tuple = (),
+        ramp: str = "none") -> list[dict]:
     out = []
     t_all = time.perf_counter()
     for i, r in enumerate(rows, start=1):
@@ -190,7 +201,7 @@ def run(rows: list[dict], models: list[str], max_requests: int, log=print) -> li
         t0 = time.perf_counter()
         for name in models:
             try:
-                pred = predict(r, name, max_requests)
+                pred = predict(r, name, max_requests, overrides, ramp)
                 rec[f"{name}_predicted"], rec[f"{name}_ratio"] = pred, pred / rec["measured"]
             except Exception as e:  # noqa: BLE001 - a row that cannot be priced is reported, not fatal
                 rec[f"{name}_predicted"] = rec[f"{name}_ratio"] = float("nan")
@@ -297,6 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-requests", type=int, default=500, help=(
         "offline-throughput rows simulate at most this many of the source's requests (default %(default)s; "
         "the source's count when it is smaller)"))
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=(
+        "config override for every serving row (repeatable), e.g. kv.dtype=fp8"))
+    ap.add_argument("--ramp", choices=("none", "request"), default="none", help=(
+        "closed-loop rows: all clients start at t = 0 (none, as validate-silicon's default) or client i "
+        "i/N of one request's duration late (request)"))
     args = ap.parse_args(argv)
 
     rows = load_rows(args.csv)
@@ -315,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
             print("kerneldb: aiconfigurator-core is not installed (pip install -e '.[kernels-db]'); roofline only")
             models = [m for m in models if m != "kerneldb"]
     print(f"{len(rows)} measurements x {len(models)} cost models ({', '.join(models)})", flush=True)
-    recs = run(rows, models, args.max_requests, log=lambda s: print(s, flush=True))
+    recs = run(rows, models, args.max_requests, log=lambda s: print(s, flush=True), overrides=tuple(args.overrides),
+               ramp=args.ramp)
     summary = summarize(recs, models)
     print_table(recs, summary, models)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -325,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         w.writeheader()
         w.writerows(recs)
     (args.out / "summary.json").write_text(json.dumps({"cost_models": models, "max_requests": args.max_requests,
+                                                       "overrides": args.overrides, "ramp": args.ramp,
                                                        "csv": str(args.csv.name), **summary}, indent=2))
     paths = plot(recs, models, args.out)
     print(f"\nwrote {args.out / 'predictions.csv'}, {args.out / 'summary.json'}, {', '.join(str(p) for p in paths)}")
