@@ -116,7 +116,9 @@ def predict_kernel(r: dict, name: str) -> float:
     if op == "attention_prefill":
         cm = cost_model(name, r["model"], r["hardware"], r["tp"], r["dtype"], r["framework"])
         b, s = int(p["batch"]), int(p["seq"])
-        assert cm.shapes.q_heads == p["heads"] and cm.shapes.head_dim == p["head_dim"], "model/tp do not give the row's heads"
+        if (cm.shapes.q_heads, cm.shapes.head_dim) != (p["heads"], p["head_dim"]):
+            raise ValueError(f"{r['model']} at tp {r['tp']} has {cm.shapes.q_heads} heads of {cm.shapes.head_dim} "
+                             f"per GPU, the row {p['heads']:.0f} of {p['head_dim']:.0f}")
         t = cm.attn_prefill([(s, 0)] * b)
         return 2.0 * b * p["heads"] * p["head_dim"] * s * s / t / 1e12
     if op == "gemm":
