@@ -42,7 +42,7 @@ KINDS = {"kernel": ("attention_prefill", "gemm", "all_reduce"),
          "serving": ("offline_throughput", "ttft", "tpot", "e2e_latency")}
 UNITS = {"attention_prefill": ("TFLOPS",), "gemm": ("us", "TFLOPS"), "all_reduce": ("GB/s",),
          "offline_throughput": ("tok/s",), "ttft": ("ms",), "tpot": ("ms",), "e2e_latency": ("ms",)}
-HOST_MODEL = "llama-3.1-8b"  # the cost model a GEMM or all-reduce row is priced on (only its hardware matters)
+HOST_MODEL = "llama-3.1-8b"  # the cost model a GEMM row is priced on (only its hardware and dtype matter)
 COST_MODELS = ("roofline", "kerneldb")
 
 
@@ -128,7 +128,7 @@ def predict_kernel(r: dict, name: str) -> float:
         return t * 1e6 if r["unit"] == "us" else 2.0 * m * n * k / t / 1e12
     if op == "all_reduce":
         g = int(p["gpus"])
-        cm = cost_model(name, r["model"] or "llama-3.1-70b", r["hardware"], g, "bf16", r["framework"])
+        cm = cost_model(name, r["model"] or "llama-3.1-70b", r["hardware"], g, "bf16", r["framework"])  # any model with g | heads
         nbytes = p["bytes"]
         t = cm.collective("all_reduce", nbytes, g) if name == "roofline" else cm.all_reduce(int(nbytes // 2))
         return nbytes * 2.0 * (g - 1) / g / t / 1e9
