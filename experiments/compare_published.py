@@ -128,7 +128,8 @@ def predict_kernel(r: dict, name: str) -> float:
         return t * 1e6 if r["unit"] == "us" else 2.0 * m * n * k / t / 1e12
     if op == "all_reduce":
         g = int(p["gpus"])
-        cm = cost_model(name, r["model"] or "llama-3.1-70b", r["hardware"], g, "bf16", r["framework"])  # any model with g | heads
+        host = r["model"] or "llama-3.1-70b"  # any model whose heads split over g GPUs
+        cm = cost_model(name, host, r["hardware"], g, "bf16", r["framework"])
         nbytes = p["bytes"]
         t = cm.collective("all_reduce", nbytes, g) if name == "roofline" else cm.all_reduce(int(nbytes // 2))
         return nbytes * 2.0 * (g - 1) / g / t / 1e9
