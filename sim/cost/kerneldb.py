@@ -305,13 +305,19 @@ def load_kerneldb_cost_model(model, hw, *, framework: str, version: str | None =
         raise kd.KernelDbUnavailable(f"the kernel database has no {dtype} GEMMs")
     system, version = kd.resolve(hw.id, framework, version)
     arrays = kd.load(system, framework, version, use_cache=use_cache)
+    cls = KernelDbCostModel
+    from sim.cost import kerneldb_moe  # MoE / MLA layouts (a module of their own)
+
+    if kerneldb_moe.handles(model):
+        arrays, cls = {**arrays, **kerneldb_moe.load(system, framework, version, use_cache=use_cache)}, \
+            kerneldb_moe.KernelDbMoeCostModel
     params = params or RooflineParams()
     ov = load_overhead(framework, tp)
     src = "roofline defaults (no fitted overhead for this framework)"
     if ov is not None:
         params = replace(params, cpu_step_s=ov[0], cpu_per_seq_s=ov[1])
         src = ov[2]
-    cm = KernelDbCostModel(model, hw, framework=framework, version=version, system=system, arrays=arrays, tp=tp,
+    cm = cls(model, hw, framework=framework, version=version, system=system, arrays=arrays, tp=tp,
                            pp=pp, dtype=dtype, kv_dtype=kv_dtype, block_size=block_size, params=params,
                            **precision)
     cm.overhead_source = src
