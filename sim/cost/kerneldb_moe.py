@@ -8,7 +8,8 @@ Per decoder layer on one GPU, in addition to (or instead of) the base model's op
 - Weight formats (``weight_formats``): the GEMM and MoE tables are read in the format the
   published checkpoint uses. fp8 DeepSeek-V3/R1 and Qwen3 MoE checkpoints are block-scaled
   (128x128 tiles): ``fp8_block``; gpt-oss (``mxfp4``) quantises only its routed experts:
-  ``w4a16_mxfp4`` experts, bf16 GEMMs elsewhere; bf16 and nvfp4 as named.
+  ``w4a16_mxfp4`` experts (TRT-LLM: ``w4a8_mxfp4_mxfp8`` where measured, its Blackwell kernel),
+  bf16 GEMMs elsewhere; bf16 and nvfp4 as named.
 - Routed experts: the framework's ``moe_perf`` table (balanced routing, no expert parallelism,
   expert weights tensor-parallel over ``moe_tp`` = tp) at (hidden, intermediate, top-k, experts,
   tp, format), by tokens; the fastest kernel the collection measured. Shapes it lacks: roofline.
@@ -44,8 +45,12 @@ from sim.cost import kerneldb_data as kd
 from sim.cost.kerneldb import Grid, KernelDbCostModel, _attn_grid
 from sim.cost.roofline import RooflineCostModel
 
-CACHE_TAG = "moe1"  # bump when the derived layout changes
-MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4}
+CACHE_TAG = "moe2"  # bump when the derived layout changes
+MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5}
+MXFP4_MOE = {"trtllm": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
+"""MoE formats of mxfp4 experts by framework, first measured one wins: TRT-LLM runs gpt-oss's
+experts with mxfp8 activations where it has the kernel (Blackwell); others (and TRT-LLM on
+Hopper) dequantise to bf16."""
 MLA_GEMM_CODE = {"bfloat16": 0, "fp8_block": 2}
 MIN_RESIDUAL = 0.1
 """Floor of an MLA module's attention part, as a fraction of the module time (the subtraction
@@ -223,6 +228,11 @@ class KernelDbMoeCostModel(KernelDbCostModel):
             self.notes.append(f"prefill attention of the {s.window_layers} sliding-window layers: roofline "
                               f"(decode: full-attention table at min(KV, window) tokens)")
         self._moe = self._moe_grid(arrays.get("moe|rows"))
+        for fmt in MXFP4_MOE.get(framework, ()) if self.moe_dtype == "w4a16_mxfp4" else ():
+            grid = self._moe_grid(arrays.get("moe|rows"), fmt)
+            if grid is not None:
+                self.moe_dtype, self._moe = fmt, grid
+                break
         if s.num_experts and self._moe is None:
             self.notes.append(f"MoE experts: roofline (no {self.moe_dtype} moe_perf rows of hidden {s.hidden}, "
                               f"intermediate {model.expert_intermediate}, top-{s.top_k} of {s.num_experts}, tp {self.tp})")
@@ -240,12 +250,13 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         x = (1.0, 7168.0, 2048.0)
         return blk(blk.clamp(x)[0]) > 2.0 * fp8(fp8.clamp(x)[0])
 
-    def _moe_grid(self, rows) -> Grid | None:
+    def _moe_grid(self, rows, fmt: str | None = None) -> Grid | None:
         s, m = self.shapes, self.model
+        fmt = fmt or self.moe_dtype
         if not s.num_experts or rows is None:
             return None
         sel = rows[(rows[:, 1] == m.hidden_size) & (rows[:, 2] == m.expert_intermediate) & (rows[:, 3] == s.top_k)
-                   & (rows[:, 4] == s.num_experts) & (rows[:, 5] == self.tp) & (rows[:, 6] == MOE_CODE[self.moe_dtype])]
+                   & (rows[:, 4] == s.num_experts) & (rows[:, 5] == self.tp) & (rows[:, 6] == MOE_CODE[fmt])]
         return _table1(sel[:, 0], sel[:, 7]) if len(sel) else None
 
     def _mla_init(self, arrays: dict, mla_gemm: str) -> None:
