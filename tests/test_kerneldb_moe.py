@@ -166,7 +166,23 @@ def test_the_moe_cache_file_holds_exactly_what_the_parquet_gives(tmp_path, monke
     first = kerneldb_moe.load(system, "sglang", version)
     again = kerneldb_moe.load(system, "sglang", version)
     fresh = kerneldb_moe.derive(system, "sglang", version)
-    assert len(list(tmp_path.rglob("*moe2.npz"))) == 1
+    assert len(list(tmp_path.rglob("*moe3.npz"))) == 1
     assert set(first) == set(again) == set(fresh)
     for k in fresh:
         np.testing.assert_array_equal(again[k], fresh[k])
+
+
+@needs_db
+def test_sliding_window_prefill_is_the_windowed_context_table():
+    cm = _cm("gpt-oss-120b", tp=1, dtype="mxfp4", framework="vllm")
+    a = _table("attention", "context_attention_perf", framework="vllm")
+    a = a[(a.window_size > 0) & (a.attn_dtype == "bfloat16")]
+    a = a[a.kernel_source == a.kernel_source.value_counts().idxmax()]
+    a = a[(a.window_size == 128) & (a.num_heads == 64) & (a.num_key_value_heads == 8) & (a.head_dim == 64)
+          & (a.kv_cache_dtype == "bfloat16")]
+    for b, isl in ((1, 1024), (4, 4096)):
+        ms = a[(a.batch_size == b) & (a.isl == isl)].latency.min()
+        assert cm.attn_prefill_window([(isl, 0)] * b) == pytest.approx(ms / 1e3, rel=1e-9)
+    # a chunk after cached tokens costs its share of the windowed query-key pairs
+    whole = cm.attn_prefill_window([(2048, 0)])
+    assert cm.attn_prefill_window([(1024, 1024)]) == pytest.approx(whole * (1024 * 128) / cm._attended(2048, 0, 128))

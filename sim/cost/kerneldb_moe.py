@@ -28,8 +28,9 @@ Per decoder layer on one GPU, in addition to (or instead of) the base model's op
   where the weights are fp8 and the table has it, else bf16).
 - Prefill chunks and decode batches use the same (batch, RMS length) / (batch, mean KV length)
   keys and causal-FLOP share as the base model's attention.
-- Sliding-window layers (gpt-oss): decode from the full-attention table at min(KV, window)
-  tokens per sequence, prefill from the roofline (the tables' windowed rows are not read).
+- Sliding-window layers (gpt-oss): prefill from the context-attention rows measured with the
+  model's window (same keys; the share is of attended query-key pairs within the window),
+  decode from the full-attention table at min(KV, window) tokens per sequence.
 
 Rows are read from the installed package (``kerneldb_data``) and cached as ``.npz`` beside the
 base grids (``<system>__<framework>__<version>__moe.npz``).
@@ -45,7 +46,7 @@ from sim.cost import kerneldb_data as kd
 from sim.cost.kerneldb import Grid, KernelDbCostModel, _attn_grid
 from sim.cost.roofline import RooflineCostModel
 
-CACHE_TAG = "moe2"  # bump when the derived layout changes
+CACHE_TAG = "moe3"  # bump when the derived layout changes
 MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5}
 MXFP4_MOE = {"trtllm": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
 """MoE formats of mxfp4 experts by framework, first measured one wins: TRT-LLM runs gpt-oss's
@@ -129,6 +130,19 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
             b["num_tokens"].to_numpy(dtype=float), b["num_heads"].to_numpy(dtype=float),
             (b["op_name"] == "mla_gen_pre").to_numpy(dtype=float), (b["bmm_dtype"] == "fp8").to_numpy(dtype=float),
             b["latency"].to_numpy(dtype=float) / 1e3])
+    # sliding-window prefill: the context-attention rows measured with a window
+    a = kd._read(d / "attention" / framework / version / "context_attention_perf.parquet",
+                 ["kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "attn_dtype",
+                  "kv_cache_dtype", "window_size", "latency"])
+    a = a[(a["window_size"] > 0) & (a["attn_dtype"] == "bfloat16")]
+    if len(a):
+        src = a["kernel_source"].value_counts().idxmax()
+        a = a[a["kernel_source"] == src]
+        meta["attention ctx window"] = str(src)
+        out["ctxwin|rows"] = np.column_stack([
+            a[c].to_numpy(dtype=float) for c in ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim")]
+            + [(a["kv_cache_dtype"] == "fp8").to_numpy(dtype=float), a["latency"].to_numpy(dtype=float) / 1e3,
+               a["window_size"].to_numpy(dtype=float)])
     out["moe|meta"] = np.array([f"{k}={v}" for k, v in sorted(meta.items())])
     return out
 
@@ -224,9 +238,19 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                                              f"for {system} {framework} {version}")
             (self._ctx, n1), (self._gen, n2) = ctx, gen
             self.notes += [f"prefill attention {n}" for n in (n1,) if n] + [f"decode attention {n}" for n in (n2,) if n]
+        self._ctx_win = None
         if s.window_layers:
-            self.notes.append(f"prefill attention of the {s.window_layers} sliding-window layers: roofline "
-                              f"(decode: full-attention table at min(KV, window) tokens)")
+            rows = arrays.get("ctxwin|rows")
+            win = None if rows is None else _attn_grid(rows[rows[:, 7] == s.window][:, :7], s.q_heads, s.kv_heads,
+                                                       s.head_dim, self.kv_fp8, "q")
+            if win is None:
+                self.notes.append(f"prefill attention of the {s.window_layers} sliding-window layers: roofline "
+                                  f"(no context-attention rows with a {s.window}-token window)")
+            else:
+                self._ctx_win = win[0]
+                self.notes += [f"windowed prefill attention {n}" for n in (win[1],) if n]
+            self.notes.append(f"decode attention of the {s.window_layers} sliding-window layers: the full-attention "
+                              f"table at min(KV, {s.window}) tokens per sequence")
         self._moe = self._moe_grid(arrays.get("moe|rows"))
         for fmt in MXFP4_MOE.get(framework, ()) if self.moe_dtype == "w4a16_mxfp4" else ():
             grid = self._moe_grid(arrays.get("moe|rows"), fmt)
@@ -355,6 +379,24 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         else:
             self._oor += hit[1]
         return hit[0]
+
+    def attn_prefill_window(self, chunks) -> float:
+        """One sliding-window layer: the windowed context table at (batch, RMS length), scaled by the
+        chunks' share of the attended query-key pairs of whole windowed sequences."""
+        if self._ctx_win is None:
+            return super().attn_prefill_window(chunks)
+        if not chunks:
+            return 0.0
+        W = self.shapes.window
+        sq = work = full = 0.0
+        for q, c in chunks:
+            sq += (q + c) ** 2
+            work += self._attended(q, c, W)
+            full += self._attended(q + c, 0, W)
+        b = len(chunks)
+        roof = lambda x: RooflineCostModel.attn_prefill(  # noqa: E731
+            self, [(max(1, round(x[1])), 0)] * max(1, round(x[0])), W)
+        return self._lookup(self._ctx_win, roof, (float(b), math.sqrt(sq / b))) * (work / full)
 
     def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
         if not self.shapes.mla:
