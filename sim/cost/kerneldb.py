@@ -17,7 +17,8 @@ Per decoder layer on one GPU (shapes from ``sim.cost.ops``; tensor parallelism s
   GPU count; the logits all-gather, norms, activation, rotary, embedding, KV write and sampling
   from the roofline (the database has no tables for them; they are a few percent of a step).
 - MoE layers from the fused-MoE table when it holds the model's (hidden, intermediate, top-k,
-  experts, tp, dtype), else the roofline's expert GEMMs.
+  experts, tp, dtype), else the roofline's expert GEMMs. (``load_kerneldb_cost_model`` gives MoE
+  and MLA models to ``sim.cost.kerneldb_moe``, which prices their layouts; dense models stay here.)
 - Engine overhead: ``cpu_step_s`` (per step, by TP) and ``cpu_per_seq_s`` fitted per framework
   from measured serving runs (``engine_overhead.json``, written by
   ``experiments/fit_engine_overhead.py``; docs/kernel_database.md).
