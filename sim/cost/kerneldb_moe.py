@@ -262,6 +262,9 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                               f"intermediate {model.expert_intermediate}, top-{s.top_k} of {s.num_experts}, tp {self.tp})")
         self.notes.append("norms, activation, rotary, embedding, KV write, sampling, logits all-gather: roofline "
                           "(no table)")
+        unused = (("attention ctx", "attention gen") if s.mla else ("mla", "mla_bmm")) \
+            + (() if self._ctx_win is not None else ("attention ctx window",)) + (() if s.num_experts else ("moe",))
+        self.meta = {k: v for k, v in self.meta.items() if k not in unused}
         self._attn_p: dict = {}
         self._attn_d: dict = {}
 
