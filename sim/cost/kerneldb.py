@@ -267,7 +267,7 @@ class KernelDbCostModel(RooflineCostModel):
     # ------------------------------------------------------------------ composition
     def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
         """As the roofline's, with the all-reduce from the database (bf16 activations) and the
-        GQA/dense-or-MoE layout it composes (other models fall back to the roofline)."""
+        GQA/dense-or-MoE layout it composes (MoE and MLA models: ``sim.cost.kerneldb_moe``)."""
         s, L = self.shapes, self.model.num_layers
         mlp = self.moe(tokens) if s.num_experts else self.gemm("gate_up", tokens) + self.gemm("down", tokens)
         gemm = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp) + self.gemm("lm_head", num_seqs)

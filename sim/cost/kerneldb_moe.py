@@ -214,7 +214,8 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         for dt in {"bfloat16", self.gemm_dtype, *((mla_gemm,) if s.mla else ())}:
             key = f"gemm|{dt}|t"
             if key not in arrays:
-                raise kd.KernelDbUnavailable(f"the kernel database has no {dt} GEMMs for {system} {framework} {version}")
+                raise kd.KernelDbUnavailable(f"the kernel database has no {dt} GEMMs for {system} "
+                                             f"{framework} {version}")
             self._gemms[dt] = Grid([arrays[f"gemm|{dt}|{a}"] for a in "mnk"], arrays[key])
         if self.gemm_dtype == "fp8_block" and "gemm|fp8|t" in arrays and self._launch_bound(arrays):
             self.notes.append("block-scaled fp8 GEMMs: from the per-tensor fp8 table (this collection's fp8_block "
@@ -259,10 +260,12 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                 break
         if s.num_experts and self._moe is None:
             self.notes.append(f"MoE experts: roofline (no {self.moe_dtype} moe_perf rows of hidden {s.hidden}, "
-                              f"intermediate {model.expert_intermediate}, top-{s.top_k} of {s.num_experts}, tp {self.tp})")
+                              f"intermediate {model.expert_intermediate}, top-{s.top_k} of {s.num_experts}, "
+                              f"tp {self.tp})")
         self.notes.append("norms, activation, rotary, embedding, KV write, sampling, logits all-gather: roofline "
                           "(no table)")
         unused = (("attention ctx", "attention gen") if s.mla else ("mla", "mla_bmm")) \
+            + (("mla_bmm",) if s.mla and self._mla_kind != "kernel" else ()) \
             + (() if self._ctx_win is not None else ("attention ctx window",)) + (() if s.num_experts else ("moe",))
         self.meta = {k: v for k, v in self.meta.items() if k not in unused}
         self._attn_p: dict = {}
@@ -330,7 +333,8 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                         t[i, j] = left
                 g.lt = np.log(t)
             self.notes.append(f"MLA attention: {self.meta.get('mla')}, module time ({mla_gemm} GEMMs) less "
-                              f"its qkv_a/q_b/o GEMMs ({sub} table); {floored} cells held at {MIN_RESIDUAL:.0%} of the module")
+                              f"its qkv_a/q_b/o GEMMs ({sub} table); {floored} cells held at {MIN_RESIDUAL:.0%} "
+                              f"of the module")
         else:
             rows = arrays.get("mlabmm|rows")
             fp8 = 1.0 if self.gemm_dtype in ("fp8", "fp8_block") else 0.0
@@ -342,7 +346,8 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                     g = _table1(pick[:, 0], pick[:, 4]) if len(pick) else None
                 self._bmm[pre] = g
             if None in self._bmm.values():
-                self.notes.append(f"MLA decode absorption BMMs: not in mla_bmm_perf for {s.q_heads} heads per GPU, left out")
+                self.notes.append(f"MLA decode absorption BMMs: not in mla_bmm_perf for {s.q_heads} heads per "
+                                  f"GPU, left out")
             self.notes.append(f"MLA attention: {self.meta.get('mla')}, kv_b up-projection of prefill from gemm_perf, "
                               f"decode absorption BMMs from mla_bmm_perf")
 
