@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+from conftest import tiny_config
 from sim import simulate
 from sim.catalog import get_hardware, get_model
 from sim.config import load_config
@@ -186,3 +187,21 @@ def test_sliding_window_prefill_is_the_windowed_context_table():
     # a chunk after cached tokens costs its share of the windowed query-key pairs
     whole = cm.attn_prefill_window([(2048, 0)])
     assert cm.attn_prefill_window([(1024, 1024)]) == pytest.approx(whole * (1024 * 128) / cm._attended(2048, 0, 128))
+
+
+@needs_db
+@pytest.mark.parametrize("model,hw,tp,dtype", [("gpt-oss-120b", "h100-sxm", 1, "mxfp4"),
+                                               ("deepseek-v3", "h200-sxm", 8, "fp8")])
+def test_fast_forward_is_exact_for_moe_and_mla(model, hw, tp, dtype):
+    from test_fast_forward import assert_identical, both
+
+    cfg = tiny_config(model=model, hardware=hw, dtype=dtype, parallelism={"tp": tp},
+                      cost={"model": "kerneldb", "framework": "sglang"},
+                      workload={"rate": 3.0, "num_requests": 12, "prompt": {"kind": "uniform", "min": 16, "max": 600},
+                                "output": {"kind": "uniform", "min": 1, "max": 150}})
+    on, off = both(cfg)
+    assert_identical(on, off)
+    assert on.summary["sim"]["steps_by_cost_source"] == {"kerneldb": on.summary["sim"]["steps"]}
+    a = make_cost_model(load_config(cfg), get_model(model), get_hardware(hw))
+    ctx = (100, 2000, 517)
+    assert a.step_time(BatchShape((1,) * 3, ctx, tp=tp)) == a.decode_step(3, sum(c + 1 for c in ctx), max(ctx) + 1)
