@@ -25,9 +25,9 @@ def _cache_in_tmp(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
 
 
-def _cm(model, hw="h200-sxm", tp=8, dtype="fp8", framework="vllm", model_kind="kerneldb"):
+def _cm(model, hw="h200-sxm", tp=8, dtype="fp8", framework="vllm"):
     cfg = load_config({"model": model, "hardware": hw, "dtype": dtype, "parallelism": {"tp": tp},
-                       "cost": {"model": model_kind, "framework": framework}})
+                       "cost": {"model": "kerneldb", "framework": framework}})
     return make_cost_model(cfg, get_model(model), get_hardware(hw))
 
 
