@@ -399,10 +399,13 @@ def test_plan_skips_a_gpu_without_the_weight_dtype_saying_why(tmp_path):
     assert t[t["hardware"] == "h100-sxm"].iloc[0]["status"] == "ok"
 
 
-def test_models_the_kernel_database_cannot_compose_fall_back_to_the_roofline():
+def test_deepseek_falls_back_to_the_roofline_without_the_kernel_database(monkeypatch):
+    """(With the database DeepSeek is priced from it: tests/test_kerneldb_moe.py.)"""
     from sim.catalog import get_hardware as hwc
+    from sim.cost import kerneldb_data as kd
     from sim.cost import make_cost_model
 
+    monkeypatch.setattr(kd, "package_root", lambda: None)
     cfg = load_config({"model": "deepseek-v3", "hardware": "h200-sxm", "parallelism": {"tp": 8}, "dtype": "fp8"})
     assert make_cost_model(cfg, get_model("deepseek-v3"), hwc("h200-sxm")).source == "roofline"
     strict = load_config({**cfg.to_dict(), "cost": {**cfg.to_dict()["cost"], "model": "kerneldb"}})

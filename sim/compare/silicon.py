@@ -19,8 +19,9 @@ duration (every stage of a request's life present in the batch: the least bunche
 Row -> config: ``model_path`` -> catalog model through its aliases (an ``-Instruct``, ``-FP8``
 or ``-NVFP4`` suffix names the same architecture); ``system`` -> catalog GPU
 (``kerneldb_data.SYSTEMS``); ``precision`` -> ``dtype`` (empty: bf16, the checkpoint's dtype;
-fp4: nvfp4, as ``gemm_quant_mode`` says; the KV cache stays in the activation dtype, except
-TRT-LLM's fp8 / nvfp4 rows: fp8, as its ``auto`` KV dtype follows the ModelOpt checkpoint);
+fp4: nvfp4, as ``gemm_quant_mode`` says, except gpt-oss, published only as mxfp4; the KV cache stays in
+the activation dtype, except TRT-LLM's fp8 / nvfp4 rows: fp8, as its ``auto`` KV dtype follows the
+ModelOpt checkpoint);
 ``backend`` -> ``cost.framework`` (the database's newest version of it; the row's own
 version is recorded, not matched); ``tp_size`` -> ``parallelism.tp``. The scheduler is vLLM
 V1's (``vllm_v1``: running requests first, then prompt chunks, in one 8192-token budget: also
@@ -47,6 +48,9 @@ FP8_KV_BACKENDS = {"trtllm"}
 ``auto`` takes the ModelOpt checkpoint's ``kv_cache_quant_algo`` (FP8 in NVIDIA's FP8 and NVFP4
 Llama checkpoints), so its quantised rows run an fp8 KV cache; vLLM's and SGLang's ``auto`` keep
 the model dtype."""
+FP4_CHECKPOINT = {"gpt-oss-120b": "mxfp4"}
+"""Models published only in an fp4 format of their own: their fp4 rows (labelled nvfp4 in the csv)
+run that checkpoint (gpt-oss: mxfp4 experts, bf16 elsewhere)."""
 
 
 def csv_path() -> Path:
@@ -114,14 +118,32 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
             skipped["attention data parallelism or expert parallelism"] += 1
         elif (r.get("pp_size") or 1) != 1:
             skipped["pipeline parallelism"] += 1
+        elif _is_moe(r["model"]) and _moe_split(r) not in (None, r["tp_size"]):
+            skipped["MoE tensor parallelism differs from attention TP"] += 1
         else:
             keep.append(i)
     df = df.loc[keep]
-    prec = df["precision"].where(df["precision"].notna(), "bf16").replace(PRECISION)
+    prec = df["precision"].where(df["precision"].notna(), "bf16")
+    native = df["model"].map(FP4_CHECKPOINT)
+    prec = prec.replace(PRECISION).where(~((prec == "fp4") & native.notna()), native)
     df = df.assign(dtype=prec.astype(str), concurrency=df["batch_size"].astype(int), tp=df["tp_size"].astype(int))
     if limit is not None:
         df = df.head(limit)
     return df.reset_index(drop=True), skipped
+
+
+def _is_moe(model_id: str) -> bool:
+    from sim.catalog import get_model
+
+    return get_model(model_id).is_moe
+
+
+def _moe_split(r) -> float | None:
+    """moe_tp x moe_ep of a row, None where the csv leaves them empty (dense models)."""
+    tp, ep = r.get("moe_tp_size"), r.get("moe_ep_size")
+    if tp is None or ep is None or (isinstance(tp, float) and math.isnan(tp)):
+        return None
+    return tp * (1 if isinstance(ep, float) and math.isnan(ep) else ep)
 
 
 def row_config(r, cost_model: str) -> dict:

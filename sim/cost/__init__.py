@@ -57,13 +57,6 @@ def _kerneldb(cfg, model, hw, params: RooflineParams, kw: dict):
     c = cfg.cost
     if package_root() is None and c.model == "auto":
         return None
-    lacking = [what for what, has in (("MLA attention", model.is_mla), ("shared experts", model.num_shared_experts),
-                                      ("dense first layers", model.first_dense_layers)) if has]
-    if lacking:  # the database model composes a step of GQA layers with one MLP kind
-        if c.model == "kerneldb":
-            raise ConfigError(f"cost.model kerneldb: {model.id} has {', '.join(lacking)}, which the kernel-database "
-                              f"model does not price yet; use cost.model roofline or auto")
-        return None
     try:
         cm = load_kerneldb_cost_model(model, hw, framework=c.framework, version=c.framework_version,
                                       params=params, **kw)

@@ -17,7 +17,8 @@ Per decoder layer on one GPU (shapes from ``sim.cost.ops``; tensor parallelism s
   GPU count; the logits all-gather, norms, activation, rotary, embedding, KV write and sampling
   from the roofline (the database has no tables for them; they are a few percent of a step).
 - MoE layers from the fused-MoE table when it holds the model's (hidden, intermediate, top-k,
-  experts, tp, dtype), else the roofline's expert GEMMs.
+  experts, tp, dtype), else the roofline's expert GEMMs. (``load_kerneldb_cost_model`` gives MoE
+  and MLA models to ``sim.cost.kerneldb_moe``, which prices their layouts; dense models stay here.)
 - TRT-LLM runs other kernels than the tables' generic composition (``ENGINE_KERNELS``):
   its per-tensor fp8 linears use the checkpoint's static input scale (ModelOpt checkpoints; the
   PyTorch flow has no dynamic per-tensor path), so the dynamic-scale kernel timed in the fp8 GEMM
@@ -317,7 +318,7 @@ class KernelDbCostModel(RooflineCostModel):
     # ------------------------------------------------------------------ composition
     def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
         """As the roofline's, with the all-reduce from the database (bf16 activations) and the
-        GQA/dense-or-MoE layout it composes (other models fall back to the roofline)."""
+        GQA/dense-or-MoE layout it composes (MoE and MLA models: ``sim.cost.kerneldb_moe``)."""
         s, L = self.shapes, self.model.num_layers
         mlp = self.moe(tokens) if s.num_experts else self.gemm("gate_up", tokens) + self.gemm("down", tokens)
         gemm = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp) + self.gemm("lm_head", num_seqs)
@@ -360,13 +361,19 @@ def load_kerneldb_cost_model(model, hw, *, framework: str, version: str | None =
         raise kd.KernelDbUnavailable(f"the kernel database has no {dtype} GEMMs")
     system, version = kd.resolve(hw.id, framework, version)
     arrays = kd.load(system, framework, version, use_cache=use_cache)
+    cls = KernelDbCostModel
+    from sim.cost import kerneldb_moe  # MoE / MLA layouts (a module of their own)
+
+    if kerneldb_moe.handles(model):
+        arrays, cls = {**arrays, **kerneldb_moe.load(system, framework, version, use_cache=use_cache)}, \
+            kerneldb_moe.KernelDbMoeCostModel
     params = params or RooflineParams()
     ov = load_overhead(framework, tp)
     src = "roofline defaults (no fitted overhead for this framework)"
     if ov is not None:
         params = replace(params, cpu_step_s=ov[0], cpu_per_seq_s=ov[1])
         src = ov[2]
-    cm = KernelDbCostModel(model, hw, framework=framework, version=version, system=system, arrays=arrays, tp=tp,
+    cm = cls(model, hw, framework=framework, version=version, system=system, arrays=arrays, tp=tp,
                            pp=pp, dtype=dtype, kv_dtype=kv_dtype, block_size=block_size, params=params,
                            **precision)
     cm.overhead_source = src

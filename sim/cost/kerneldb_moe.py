@@ -1,0 +1,465 @@
+"""Kernel-database pricing of MoE-family models: routed experts by their real shape and quant
+mode, shared experts, dense first layers, and DeepSeek's MLA attention (``KernelDbMoeCostModel``,
+a ``KernelDbCostModel`` chosen by ``load_kerneldb_cost_model`` for every MoE or MLA model; dense
+models keep the base class unchanged).
+
+Per decoder layer on one GPU, in addition to (or instead of) the base model's operators:
+
+- Weight formats (``weight_formats``): the GEMM and MoE tables are read in the format the
+  published checkpoint uses. fp8 DeepSeek-V3/R1 and Qwen3 MoE checkpoints are block-scaled
+  (128x128 tiles): ``fp8_block``; gpt-oss (``mxfp4``) quantises only its routed experts:
+  ``w4a16_mxfp4`` experts (TRT-LLM: ``w4a8_mxfp4_mxfp8`` where measured, its Blackwell kernel),
+  bf16 GEMMs elsewhere; bf16 and nvfp4 as named.
+- Routed experts: the framework's ``moe_perf`` table (balanced routing, no expert parallelism,
+  expert weights tensor-parallel over ``moe_tp`` = tp) at (hidden, intermediate, top-k, experts,
+  tp, format), by tokens; the fastest kernel the collection measured. Shapes it lacks: roofline.
+- Router (bf16), shared experts and dense first layers (gate-up, down): ``gemm_perf``.
+- MLA, vLLM and TRT-LLM: the ``mla_*_module_perf`` tables time the whole attention block
+  (q/kv down-projection ``qkv_a``, ``q_b``, attention with ``kv_b``, ``o``) per (heads per GPU,
+  batch, length, GEMM format bf16/fp8_block, KV dtype). The step composes GEMMs per token and
+  attention per sequence, so the block is split: the attention part is the module time minus the
+  module's ``qkv_a``, ``q_b`` and ``o`` GEMMs (``gemm_perf`` in the module's format, at batch x
+  length tokens for prefill, batch tokens for decode), kept at least ``MIN_RESIDUAL`` of the
+  module; the step adds back the GEMMs in the model's own format. A homogeneous prefill or
+  decode step at a table point thus costs the module time.
+- MLA, SGLang (no module tables): ``context_mla_perf`` (prefill attention) plus the ``kv_b``
+  up-projection of the attended tokens from ``gemm_perf``; ``generation_mla_perf`` (decode, over
+  past tokens) plus the two absorption BMMs of ``mla_bmm_perf`` (``mla_gen_pre`` / ``post``, fp8
+  where the weights are fp8 and the table has it, else bf16).
+- Prefill chunks and decode batches use the same (batch, RMS length) / (batch, mean KV length)
+  keys and causal-FLOP share as the base model's attention.
+- Sliding-window layers (gpt-oss): prefill from the context-attention rows measured with the
+  model's window (same keys; the share is of attended query-key pairs within the window),
+  decode from the full-attention table at min(KV, window) tokens per sequence.
+
+Rows are read from the installed package (``kerneldb_data``) and cached as ``.npz`` beside the
+base grids (``<system>__<framework>__<version>__moe.npz``).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from sim.cost import kerneldb_data as kd
+from sim.cost.kerneldb import Grid, KernelDbCostModel, _attn_grid
+from sim.cost.roofline import RooflineCostModel
+
+CACHE_TAG = "moe3"  # bump when the derived layout changes
+MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5}
+MXFP4_MOE = {"trtllm": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
+"""MoE formats of mxfp4 experts by framework, first measured one wins: TRT-LLM runs gpt-oss's
+experts with mxfp8 activations where it has the kernel (Blackwell); others (and TRT-LLM on
+Hopper) dequantise to bf16."""
+MLA_GEMM_CODE = {"bfloat16": 0, "fp8_block": 2}
+MIN_RESIDUAL = 0.1
+"""Floor of an MLA module's attention part, as a fraction of the module time (the subtraction
+of separately timed GEMMs can leave less than the attention kernel; counted in the notes)."""
+
+FP8_BLOCK_MODELS = ("deepseek-v3", "deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b")
+"""Catalog models whose published fp8 checkpoints are block-scaled (128x128 weight tiles)."""
+
+
+def handles(model) -> bool:
+    """True for the models this module prices (any MoE or MLA layout)."""
+    return bool(model.is_moe or model.is_mla or model.num_shared_experts or model.first_dense_layers)
+
+
+def weight_formats(model, dtype: str) -> tuple[str, str]:
+    """(GEMM table dtype, MoE table dtype) of a model served with weight dtype ``dtype``."""
+    if dtype == "mxfp4":
+        return "bfloat16", "w4a16_mxfp4"
+    g = kd.GEMM_DTYPE[dtype]
+    if g == "fp8" and model.id in FP8_BLOCK_MODELS:
+        g = "fp8_block"
+    return g, g
+
+
+# ---------------------------------------------------------------------------- deriving rows
+
+def _newest(system: str, family: str, framework: str, table: str, version: str) -> str | None:
+    have = kd.versions(system, family, framework, table)
+    return version if version in have else (have[-1] if have else None)
+
+
+def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
+    """MoE, MLA and MLA-BMM rows of (system, framework, version) as flat float arrays."""
+    d = kd.data_dir(system)
+    out: dict[str, np.ndarray] = {}
+    meta: dict[str, str] = {}
+    mv = _newest(system, "moe", framework, "moe_perf", version)
+    if mv:
+        mo = kd._read(d / "moe" / framework / mv / "moe_perf.parquet")
+        mo = mo[(mo["moe_ep_size"] == 1) & (mo["distribution"] == "balanced") & mo["moe_dtype"].isin(MOE_CODE)]
+        meta["moe"] = f"{framework} {mv}"
+        out["moe|rows"] = np.column_stack(
+            [mo[c].to_numpy(dtype=float) for c in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+                                                    "moe_tp_size")]
+            + [mo["moe_dtype"].map(MOE_CODE).to_numpy(dtype=float), mo["latency"].to_numpy(dtype=float) / 1e3])
+    cv = _newest(system, "mla", framework, "mla_context_module_perf", version)
+    gv = _newest(system, "mla", framework, "mla_generation_module_perf", version)
+    kind = "module" if cv and gv else None
+    if kind is None:
+        cv = _newest(system, "mla", framework, "context_mla_perf", version)
+        gv = _newest(system, "mla", framework, "generation_mla_perf", version)
+        kind = "kernel" if cv and gv else None
+    if kind:
+        meta["mla"] = f"{framework} {cv} ({'attention-block modules' if kind == 'module' else 'attention kernels'})"
+        for name, v, table, length in (
+                ("mlactx", cv, "mla_context_module_perf" if kind == "module" else "context_mla_perf", "isl"),
+                ("mlagen", gv, "mla_generation_module_perf" if kind == "module" else "generation_mla_perf", "step")):
+            a = kd._read(d / "mla" / framework / v / f"{table}.parquet")
+            gcode = a["gemm_type"].map(MLA_GEMM_CODE) if "gemm_type" in a else -1.0
+            a = a.assign(gcode=gcode)
+            a = a[a["gcode"].notna()]
+            ln = a[length].to_numpy(dtype=float)
+            if name == "mlagen" and kind == "kernel":
+                ln = ln + 1.0  # past tokens + the new one
+            out[f"{name}|rows"] = np.column_stack([
+                a["batch_size"].to_numpy(dtype=float), ln, a["num_heads"].to_numpy(dtype=float),
+                (a["kv_cache_dtype"] == "fp8").to_numpy(dtype=float), a["gcode"].to_numpy(dtype=float),
+                a["latency"].to_numpy(dtype=float) / 1e3])
+        out["mla|kind"] = np.array([kind])
+    bv = _newest(system, "mla_bmm", framework, "mla_bmm_perf", version)
+    if bv:
+        b = kd._read(d / "mla_bmm" / framework / bv / "mla_bmm_perf.parquet")
+        b = b[b["bmm_dtype"].isin(("bfloat16", "fp8"))]
+        meta["mla_bmm"] = f"{framework} {bv}"
+        out["mlabmm|rows"] = np.column_stack([
+            b["num_tokens"].to_numpy(dtype=float), b["num_heads"].to_numpy(dtype=float),
+            (b["op_name"] == "mla_gen_pre").to_numpy(dtype=float), (b["bmm_dtype"] == "fp8").to_numpy(dtype=float),
+            b["latency"].to_numpy(dtype=float) / 1e3])
+    # sliding-window prefill: the context-attention rows measured with a window
+    a = kd._read(d / "attention" / framework / version / "context_attention_perf.parquet",
+                 ["kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "attn_dtype",
+                  "kv_cache_dtype", "window_size", "latency"])
+    a = a[(a["window_size"] > 0) & (a["attn_dtype"] == "bfloat16")]
+    if len(a):
+        src = a["kernel_source"].value_counts().idxmax()
+        a = a[a["kernel_source"] == src]
+        meta["attention ctx window"] = str(src)
+        out["ctxwin|rows"] = np.column_stack([
+            a[c].to_numpy(dtype=float) for c in ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim")]
+            + [(a["kv_cache_dtype"] == "fp8").to_numpy(dtype=float), a["latency"].to_numpy(dtype=float) / 1e3,
+               a["window_size"].to_numpy(dtype=float)])
+    out["moe|meta"] = np.array([f"{k}={v}" for k, v in sorted(meta.items())])
+    return out
+
+
+def load(system: str, framework: str, version: str, *, use_cache: bool = True) -> dict[str, np.ndarray]:
+    """The rows of ``derive``, from the cache when present (same folder as the base grids)."""
+    path = kd.cache_root() / f"v{kd.CACHE_FORMAT}" / f"{system}__{framework}__{version}__{CACHE_TAG}.npz"
+    if use_cache and path.is_file():
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+        except (OSError, ValueError):
+            pass
+    arrays = derive(system, framework, version)
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+            np.savez(tmp, **arrays)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return arrays
+
+
+def _table2(rows: np.ndarray) -> Grid | None:
+    """A (batch, length) grid of the minimum latency over rows (batch, length, latency), NaN
+    cells filled along batch, then length."""
+    if not len(rows):
+        return None
+    b, s = np.unique(rows[:, 0]), np.unique(rows[:, 1])
+    t = np.full((len(b), len(s)), np.nan)
+    for r in rows:
+        i, j = np.searchsorted(b, r[0]), np.searchsorted(s, r[1])
+        t[i, j] = r[2] if np.isnan(t[i, j]) else min(t[i, j], r[2])
+    t = kd._fill_axis0(t, b)
+    if np.isnan(t).any():
+        t = kd._fill_axis0(t.T, s).T
+    if np.isnan(t).any() or len(b) < 2 or len(s) < 2:
+        return None
+    return Grid([b, s], t)
+
+
+def _table1(x: np.ndarray, t: np.ndarray) -> Grid | None:
+    if len(x) < 2:
+        return None
+    xs = np.unique(x)
+    return Grid([xs], np.array([t[x == v].min() for v in xs]))
+
+
+# ---------------------------------------------------------------------------- the cost model
+
+class KernelDbMoeCostModel(KernelDbCostModel):
+    """``KernelDbCostModel`` for MoE and MLA models: experts, shared experts, dense first layers
+    and MLA attention from the database where it has the table, the roofline elsewhere (named in
+    ``notes``)."""
+
+    def __init__(self, model, hw, *, framework: str, version: str, system: str, arrays: dict, **kw):
+        RooflineCostModel.__init__(self, model, hw, **kw)
+        self.framework, self.version, self.system = framework, version, system
+        self.gemm_dtype, self.moe_dtype = weight_formats(model, self.dtype)
+        self.kv_fp8 = kd.KV_DTYPE.get(self.kv_dtype, "bfloat16") == "fp8"
+        self.meta = dict(s.split("=", 1) for s in arrays["meta"].tolist())
+        self.meta.update(dict(s.split("=", 1) for s in arrays.get("moe|meta", np.array([])).tolist()))
+        self.notes: list[str] = []
+        # the tables' own composition: TRT-LLM's static fp8 scales and fused elementwise kernels
+        # (``kerneldb.engine_kernels``) are applied to dense models only
+        self.engine = {"static_fp8": False, "fp8_input": frozenset(), "fused": frozenset()}
+        if framework == "trtllm":
+            self.notes.append("TRT-LLM kernel fusions (static fp8 scales, rotary/KV write in attention, norm in the "
+                              "all-reduce) are modelled for dense models only: priced here as the tables compose them")
+        s = self.shapes
+        mla_gemm = "fp8_block" if self.gemm_dtype in ("fp8", "fp8_block") else "bfloat16"
+        self._gemms: dict[str, Grid] = {}
+        for dt in {"bfloat16", self.gemm_dtype, *((mla_gemm,) if s.mla else ())}:
+            key = f"gemm|{dt}|t"
+            if key not in arrays:
+                raise kd.KernelDbUnavailable(f"the kernel database has no {dt} GEMMs for {system} "
+                                             f"{framework} {version}")
+            self._gemms[dt] = Grid([arrays[f"gemm|{dt}|{a}"] for a in "mnk"], arrays[key])
+        if self.gemm_dtype == "fp8_block" and "gemm|fp8|t" in arrays and self._launch_bound(arrays):
+            self.notes.append("block-scaled fp8 GEMMs: from the per-tensor fp8 table (this collection's fp8_block "
+                              "GEMMs take over twice as long at one token: launch-bound, not what a CUDA-graph "
+                              "engine sees)")
+            self.gemm_dtype = "fp8"
+            self._gemms["fp8"] = Grid([arrays[f"gemm|fp8|{a}"] for a in "mnk"], arrays["gemm|fp8|t"])
+        self._ar = {int(k.split("|")[1]): Grid([arrays[k]], arrays[k[:-1] + "t"])
+                    for k in arrays if k.startswith("ar|") and k.endswith("|x")}
+        if self.tp > 1 and getattr(self, "comm_dtype", "bf16") not in ("bf16", "fp16"):
+            self.notes.append(f"all-reduce in {self.comm_dtype}: priced from the bf16 table (the only one measured)")
+        if self.tp > 1 and self.tp not in self._ar:
+            self.notes.append(f"all-reduce over {self.tp} GPUs: roofline (not in the database)")
+        if s.mla:
+            self._mla_init(arrays, mla_gemm)
+        else:
+            ctx = _attn_grid(arrays["ctx|rows"], s.q_heads, s.kv_heads, s.head_dim, self.kv_fp8, "q")
+            gen = _attn_grid(arrays["gen|rows"], s.q_heads, s.kv_heads, s.head_dim, self.kv_fp8, "kv")
+            if ctx is None or gen is None:
+                raise kd.KernelDbUnavailable(f"the kernel database has no attention of head dim {s.head_dim} "
+                                             f"for {system} {framework} {version}")
+            (self._ctx, n1), (self._gen, n2) = ctx, gen
+            self.notes += [f"prefill attention {n}" for n in (n1,) if n] + [f"decode attention {n}" for n in (n2,) if n]
+        self._ctx_win = None
+        if s.window_layers:
+            rows = arrays.get("ctxwin|rows")
+            win = None if rows is None else _attn_grid(rows[rows[:, 7] == s.window][:, :7], s.q_heads, s.kv_heads,
+                                                       s.head_dim, self.kv_fp8, "q")
+            if win is None:
+                self.notes.append(f"prefill attention of the {s.window_layers} sliding-window layers: roofline "
+                                  f"(no context-attention rows with a {s.window}-token window)")
+            else:
+                self._ctx_win = win[0]
+                self.notes += [f"windowed prefill attention {n}" for n in (win[1],) if n]
+            self.notes.append(f"decode attention of the {s.window_layers} sliding-window layers: the full-attention "
+                              f"table at min(KV, {s.window}) tokens per sequence")
+        self._moe = self._moe_grid(arrays.get("moe|rows"))
+        for fmt in MXFP4_MOE.get(framework, ()) if self.moe_dtype == "w4a16_mxfp4" else ():
+            grid = self._moe_grid(arrays.get("moe|rows"), fmt)
+            if grid is not None:
+                self.moe_dtype, self._moe = fmt, grid
+                break
+        if s.num_experts and self._moe is None:
+            self.notes.append(f"MoE experts: roofline (no {self.moe_dtype} moe_perf rows of hidden {s.hidden}, "
+                              f"intermediate {model.expert_intermediate}, top-{s.top_k} of {s.num_experts}, "
+                              f"tp {self.tp})")
+        self.notes.append("norms, activation, rotary, embedding, KV write, sampling, logits all-gather: roofline "
+                          "(no table)")
+        unused = (("attention ctx", "attention gen") if s.mla else ("mla", "mla_bmm")) \
+            + (("mla_bmm",) if s.mla and self._mla_kind != "kernel" else ()) \
+            + (() if self._ctx_win is not None else ("attention ctx window",)) + (() if s.num_experts else ("moe",))
+        self.meta = {k: v for k, v in self.meta.items() if k not in unused}
+        self._attn_p: dict = {}
+        self._attn_d: dict = {}
+
+    # ------------------------------------------------------------------ tables
+    def _launch_bound(self, arrays: dict) -> bool:
+        """True when the fp8_block GEMM table at one token (hidden x 2048, the smallest common
+        shape) is over twice the per-tensor fp8 one."""
+        blk = self._gemms["fp8_block"]
+        fp8 = Grid([arrays[f"gemm|fp8|{a}"] for a in "mnk"], arrays["gemm|fp8|t"])
+        x = (1.0, 7168.0, 2048.0)
+        return blk(blk.clamp(x)[0]) > 2.0 * fp8(fp8.clamp(x)[0])
+
+    def _moe_grid(self, rows, fmt: str | None = None) -> Grid | None:
+        s, m = self.shapes, self.model
+        fmt = fmt or self.moe_dtype
+        if not s.num_experts or rows is None:
+            return None
+        sel = rows[(rows[:, 1] == m.hidden_size) & (rows[:, 2] == m.expert_intermediate) & (rows[:, 3] == s.top_k)
+                   & (rows[:, 4] == s.num_experts) & (rows[:, 5] == self.tp) & (rows[:, 6] == MOE_CODE[fmt])]
+        return _table1(sel[:, 0], sel[:, 7]) if len(sel) else None
+
+    def _mla_init(self, arrays: dict, mla_gemm: str) -> None:
+        s = self.shapes
+        kind = str(arrays["mla|kind"][0]) if "mla|kind" in arrays else None
+        self._mla_kind, self._bmm = kind, {}
+        self._mla_ctx = self._mla_gen = None
+        if kind is None:
+            self.notes.append("MLA attention: roofline (no MLA table for this framework)")
+            return
+        grids = {}
+        for name in ("mlactx", "mlagen"):
+            r = arrays[f"{name}|rows"]
+            gcode = MLA_GEMM_CODE[mla_gemm] if kind == "module" else -1.0
+            base = r[(r[:, 4] == gcode)]
+            sel = base[(base[:, 2] == s.q_heads) & (base[:, 3] == float(self.kv_fp8))]
+            if not len(sel):
+                sel = base[base[:, 2] == s.q_heads]
+                if len(sel):
+                    self.notes.append(f"MLA {name[3:]} with a {'bf16' if self.kv_fp8 else 'fp8'} KV cache "
+                                      f"(the table lacks the other)")
+            grids[name] = _table2(sel[:, [0, 1, 5]]) if len(sel) else None
+            if grids[name] is None:
+                self.notes.append(f"MLA {'prefill' if name == 'mlactx' else 'decode'} attention: roofline "
+                                  f"({s.q_heads} heads per GPU not in the table)")
+        self._mla_ctx, self._mla_gen = grids["mlactx"], grids["mlagen"]
+        if kind == "module":
+            floored = 0
+            sub = self.gemm_dtype if mla_gemm == "fp8_block" else mla_gemm  # fp8 where fp8_block is launch-bound
+            for name, g in (("mlactx", self._mla_ctx), ("mlagen", self._mla_gen)):
+                if g is None:
+                    continue
+                b, ln = (np.exp(np.array(a)) for a in g.la)
+                t = np.exp(g.lt)
+                for i, bi in enumerate(b):
+                    for j, lj in enumerate(ln):
+                        m = int(round(bi * lj)) if name == "mlactx" else int(round(bi))
+                        oor = self._oor
+                        gem = sum(self._gemm_mnk(m, *s.gemms[op], sub) for op in ("qkv_a", "q_b", "o"))
+                        self._oor = oor
+                        left = t[i, j] - gem
+                        if left < MIN_RESIDUAL * t[i, j]:
+                            left, floored = MIN_RESIDUAL * t[i, j], floored + 1
+                        t[i, j] = left
+                g.lt = np.log(t)
+            self.notes.append(f"MLA attention: {self.meta.get('mla')}, module time ({mla_gemm} GEMMs) less "
+                              f"its qkv_a/q_b/o GEMMs ({sub} table); {floored} cells held at {MIN_RESIDUAL:.0%} "
+                              f"of the module")
+        else:
+            rows = arrays.get("mlabmm|rows")
+            fp8 = 1.0 if self.gemm_dtype in ("fp8", "fp8_block") else 0.0
+            for pre in (1.0, 0.0):
+                g = None
+                if rows is not None:
+                    sel = rows[(rows[:, 1] == s.q_heads) & (rows[:, 2] == pre)]
+                    pick = sel[sel[:, 3] == fp8] if (sel[:, 3] == fp8).any() else sel[sel[:, 3] == 0.0]
+                    g = _table1(pick[:, 0], pick[:, 4]) if len(pick) else None
+                self._bmm[pre] = g
+            if None in self._bmm.values():
+                self.notes.append(f"MLA decode absorption BMMs: not in mla_bmm_perf for {s.q_heads} heads per "
+                                  f"GPU, left out")
+            self.notes.append(f"MLA attention: {self.meta.get('mla')}, kv_b up-projection of prefill from gemm_perf, "
+                              f"decode absorption BMMs from mla_bmm_perf")
+
+    # ------------------------------------------------------------------ operators
+    def gemm(self, op: str, m: int) -> float:
+        if m <= 0:
+            return 0.0
+        n, k = self.shapes.gemms[op]
+        return self._gemm_mnk(m, n, k, "bfloat16" if op in ("lm_head", "router") else self.gemm_dtype)
+
+    def attn_prefill(self, chunks) -> float:
+        if not self.shapes.mla:
+            return super().attn_prefill(chunks)
+        if not chunks:
+            return 0.0
+        if self._mla_ctx is None:
+            return RooflineCostModel.attn_prefill(self, chunks)
+        key = tuple(chunks)
+        hit = self._attn_p.get(key)
+        if hit is None:
+            oor0 = self._oor
+            sq = work = full = keys = 0.0
+            for q, c in chunks:
+                L = q + c
+                sq += L * L
+                work += q * (c + (q + 1) / 2.0)
+                full += L * (L + 1) / 2.0
+                keys += L
+            b = len(chunks)
+            roof = lambda x: RooflineCostModel.attn_prefill(  # noqa: E731
+                self, [(max(1, round(x[1])), 0)] * max(1, round(x[0])))
+            t = self._lookup(self._mla_ctx, roof, (float(b), math.sqrt(sq / b))) * (work / full)
+            if self._mla_kind == "kernel":
+                n, k = self.shapes.gemms["kv_b"]
+                t += self._gemm_mnk(int(keys), n, k, self.gemm_dtype)
+            hit = self._attn_p[key] = (t, self._oor - oor0)
+        else:
+            self._oor += hit[1]
+        return hit[0]
+
+    def attn_prefill_window(self, chunks) -> float:
+        """One sliding-window layer: the windowed context table at (batch, RMS length), scaled by the
+        chunks' share of the attended query-key pairs of whole windowed sequences."""
+        if self._ctx_win is None:
+            return super().attn_prefill_window(chunks)
+        if not chunks:
+            return 0.0
+        W = self.shapes.window
+        sq = work = full = 0.0
+        for q, c in chunks:
+            sq += (q + c) ** 2
+            work += self._attended(q, c, W)
+            full += self._attended(q + c, 0, W)
+        b = len(chunks)
+        roof = lambda x: RooflineCostModel.attn_prefill(  # noqa: E731
+            self, [(max(1, round(x[1])), 0)] * max(1, round(x[0])), W)
+        return self._lookup(self._ctx_win, roof, (float(b), math.sqrt(sq / b))) * (work / full)
+
+    def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
+        if not self.shapes.mla:
+            return super().attn_decode(num_seqs, kv_tokens, longest)
+        if not num_seqs:
+            return 0.0
+        if self._mla_gen is None:
+            return RooflineCostModel.attn_decode(self, num_seqs, kv_tokens)
+        key = (num_seqs, kv_tokens)
+        hit = self._attn_d.get(key)
+        if hit is None:
+            oor0 = self._oor
+            roof = lambda x: RooflineCostModel.attn_decode(  # noqa: E731
+                self, max(1, round(x[0])), max(1, round(x[0])) * x[1])
+            t = self._lookup(self._mla_gen, roof, (float(num_seqs), kv_tokens / num_seqs))
+            for g in self._bmm.values():
+                if g is not None:
+                    c, out = g.clamp((float(num_seqs),))
+                    t += g(c) * (num_seqs / c[0] if out else 1.0)
+                    self._oor += out
+            hit = self._attn_d[key] = (t, self._oor - oor0)
+        else:
+            self._oor += hit[1]
+        return hit[0]
+
+    # ------------------------------------------------------------------ composition
+    def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
+        """The roofline's composition (attention GEMMs, dense first layers, routed + shared experts
+        and router, LM head) with each operator priced above, the all-reduce from the database."""
+        s, L = self.shapes, self.model.num_layers
+        gemm = L * sum(self.gemm(op, tokens) for op in s.attn_gemms)
+        if s.dense_layers:
+            gemm += s.dense_layers * (self.gemm("gate_up", tokens) + self.gemm("down", tokens))
+        if s.moe_layers:
+            moe = self.moe(tokens) + self.gemm("router", tokens)
+            if s.shared_experts:
+                moe += self.gemm("shared_gate_up", tokens) + self.gemm("shared_down", tokens)
+            gemm += s.moe_layers * moe
+        gemm += self.gemm("lm_head", num_seqs)
+        other = L * (2 * self.elementwise("rmsnorm", tokens) + self.elementwise("silu_mul", tokens)
+                     + self.elementwise("rotary", tokens) + self.elementwise("kv_write", tokens))
+        other += self.elementwise("embedding", tokens) + self.elementwise("rmsnorm", num_seqs) + self.sampling(num_seqs)
+        comm = L * 2 * self.all_reduce(tokens * s.hidden)
+        comm += RooflineCostModel.collective(self, "all_gather", num_seqs * s.vocab * 4, self.tp)
+        if self.pp > 1:
+            comm += (self.pp - 1) * (tokens * s.hidden * 2 / self.hw.link_bw + self.p.allreduce_latency_s)
+        return gemm, other, comm
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["moe_dtype"] = self.moe_dtype
+        return d
