@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+from array import array
+
 import numpy as np
 import pandas as pd
 
@@ -40,19 +42,24 @@ def weighted_dist(values, counts) -> dict:
     """``dist`` of a sample stored as distinct values with repeat counts (the ITLs): the same
     numbers ``dist`` gives on the expanded sample (linear-interpolated percentiles), computed in
     sorted order so the result does not depend on the order the values were recorded in."""
-    v = np.asarray(values, dtype=float)
-    c = np.asarray(counts, dtype=np.int64)
+    # views of the recorded buffers (no copies: a million-request run records tens of millions)
+    v = np.frombuffer(values, float) if isinstance(values, array) else np.asarray(values, dtype=float)
+    c = np.frombuffer(counts, np.int64) if isinstance(counts, array) and counts.typecode == "q" \
+        else np.asarray(counts, dtype=np.int64)
     if v.size == 0 or c.sum() == 0:
         return dist([])
     order = np.lexsort((c, v))
-    v, c = v[order], c[order]
-    cum = np.cumsum(c)
+    v = v[order]
+    c = c[order]
+    del order
+    mean = float(np.dot(v, c))
+    cum = np.cumsum(c, out=c)  # in place: the counts are not needed again
     n = int(cum[-1])
 
     def at(i: int) -> float:  # the i-th smallest of the expanded sample
         return float(v[np.searchsorted(cum, i, side="right")])
 
-    out = {"mean": float(np.dot(v, c) / n)}
+    out = {"mean": mean / n}
     for p in PCTS:
         h = (n - 1) * p / 100.0
         lo = int(np.floor(h))
