@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -118,15 +119,99 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
     return df.reset_index(drop=True), skipped
 
 
-def row_config(r, cost_model: str) -> dict:
+@dataclass(frozen=True)
+class Client:
+    """How a benchmark client drives the engine, and what its TTFT / TPOT figures average.
+
+    ``per_client`` x N requests are sent by N concurrent slots (``--max-concurrency N``): all N
+    at t = 0, then a new one each time one finishes (no think time), so the first wave arrives
+    as one burst and the last wave drains with fewer than N in flight. The reported figure is
+    the mean over every request but the first ``warmup_per_client`` x N. Prompt and output
+    lengths are uniform integers in [int(``range_ratio`` x L), L] (vLLM ``benchmark_serving.py
+    --random-range-ratio``; 1.0: exactly L)."""
+
+    name: str
+    per_client: int
+    warmup_per_client: int
+    range_ratio: float
+    about: str
+    drain: bool = True
+
+
+CLIENTS = {c.name: c for c in (
+    Client("bench-serving", 10, 0, 0.8,
+           "vLLM benchmark_serving.py as InferenceMAX runs it: --num-prompts 10N --max-concurrency N "
+           "--request-rate inf --random-range-ratio 0.8 --ignore-eos; mean over all requests"),
+    Client("fixed", 10, 0, 1.0,
+           "fixed lengths, 10N requests from a burst at t = 0 (aiconfigurator's eval runners: "
+           "genai-perf / bench_serving with 10 requests per concurrent user); mean over all requests"),
+    Client("steady", 3, 1, 1.0,
+           "fixed lengths; the burst wave and the drain wave are left out (steady state only)", drain=False),
+)}
+INFERENCEMAX_SOURCE = "source_file=2026-04-06.csv"
+
+
+def client_for(row, name: str = "auto") -> Client:
+    """The client a row was measured with: ``auto`` reads the row's provenance. The csv's
+    Llama-3.1-70B rows from ``2026-04-06.csv`` (measured 2025-10-29) are InferenceMAX's grid
+    (ISL/OSL 1k/1k, 1k/8k, 8k/1k; concurrency 4-64, 128 for TRT-LLM; vLLM and TRT-LLM on
+    H100/H200/B200, fp8 and fp4), whose published client is ``bench-serving``; the other rows
+    name no client and get ``fixed``."""
+    if name != "auto":
+        return CLIENTS[name]
+    return CLIENTS["bench-serving" if str(row.get("silicon_data_source", "")).startswith(INFERENCEMAX_SOURCE)
+                   else "fixed"]
+
+
+def server(row, client: Client) -> dict:
+    """The engine's scheduler and KV settings for a row: each framework's defaults, and for the
+    InferenceMAX rows (client ``bench-serving``) the settings of its launch scripts
+    (``benchmarks/70b_*.sh``): vLLM ``--max-num-batched-tokens 8192 --kv-cache-dtype fp8``
+    (H200, B200) with async scheduling; ``trtllm-serve --max_num_tokens 16384`` with an fp8 KV
+    cache and, for ISL/OSL 1k/1k below TP 8, batch waiting (``batch_wait_timeout_iters: 20``,
+    ``batch_wait_max_tokens_ratio: 0.9``)."""
+    backend, imax = row["backend"], client.name == "bench-serving"
+    isl, osl, tp = int(row["isl"]), int(row["osl"]), int(row["tp"])
+    kv: dict = {}
+    if backend == "trtllm":
+        # in-flight batching: generation first, whole prompts (chunked prefill is off by default)
+        sched = {"name": "trtllm", "max_num_batched_tokens": 16384 if imax else 8192}
+        if imax and isl == osl == 1024 and tp < 8:
+            sched |= {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+        if row["dtype"] in ("fp8", "nvfp4"):  # the ModelOpt checkpoints' FP8 KV cache (InferenceMAX sets it too)
+            kv["dtype"] = "fp8"
+    elif backend == "sglang":
+        # a new prefill batch runs before (not with) the decode batch whenever requests wait
+        # (no mixed chunk by default), up to chunked_prefill_size 8192 on H100/H200
+        sched = {"name": "vllm", "max_num_batched_tokens": 8192}
+    else:
+        # vLLM V1: chunked prefill in one token budget, running requests first (8192: the V1
+        # default of the OpenAI server on >= 70 GB GPUs, and what InferenceMAX sets)
+        sched = {"name": "vllm_v1", "max_num_batched_tokens": 8192}
+        if imax and row["system"] != "h100_sxm":
+            kv["dtype"] = "fp8"
+    return {"scheduler": sched, "kv": kv}
+
+
+def lengths(value: int, ratio: float) -> dict:
+    if ratio >= 1.0:
+        return {"kind": "fixed", "value": value}
+    return {"kind": "uniform", "min": max(1, int(value * ratio)), "max": value}
+
+
+def row_config(r, cost_model: str, client: Client | None = None, think_s: float = 0.0) -> dict:
     c = int(r["concurrency"])
+    client = client or CLIENTS["steady"]
+    srv = server(r, client)
     return {
         "model": r["model"], "hardware": r["hardware"], "dtype": r["dtype"],
         "parallelism": {"tp": int(r["tp"])},
-        "scheduler": {"name": "vllm_v1", "max_num_seqs": max(256, c)},
-        "workload": {"num_requests": c, "prompt": {"kind": "fixed", "value": int(r["isl"])},
-                     "output": {"kind": "fixed", "value": int(r["osl"])},
-                     "closed_loop": {"clients": c, "think_time_s": 0.0, "think": "fixed"}},
+        "scheduler": {**srv["scheduler"], "max_num_seqs": max(256, c)},
+        "kv": srv["kv"],
+        "workload": {"num_requests": c, "prompt": lengths(int(r["isl"]), client.range_ratio),
+                     "output": lengths(int(r["osl"]), client.range_ratio),
+                     "closed_loop": {"clients": c, "think_time_s": think_s,
+                                     "think": "exponential" if think_s > 0 else "fixed"}},
         "cost": {"model": cost_model, "framework": r["backend"]},
         "output": {"plots": False, "progress": False, "step_records": False},
         "seed": 0,
@@ -140,7 +225,9 @@ def _ramp(cfg) -> float:
     from sim.types import BatchShape
 
     wl = cfg.workload
-    c, isl, osl = wl.closed_loop.clients, wl.prompt.value, wl.output.value
+    c = wl.closed_loop.clients
+    isl = wl.prompt.value if wl.prompt.kind == "fixed" else wl.prompt.max
+    osl = wl.output.value if wl.output.kind == "fixed" else wl.output.max
     cm = make_cost_model(cfg, get_model(cfg.model), get_hardware(cfg.hardware))
     prefill = cm.step_time(BatchShape((min(isl, 8192),), (0,), tp=cfg.parallelism.tp)).total * math.ceil(isl / 8192)
     decode = cm.decode_step(c, c * (isl + osl // 2), isl + osl).total
@@ -150,20 +237,46 @@ def _ramp(cfg) -> float:
 RAMPS = ("none", "request")
 
 
+def blend(values: np.ndarray, ids: np.ndarray, c: int, rounds: int, client: Client) -> float:
+    """The benchmark's mean over its scored requests, from a replay of ``rounds`` x c requests.
+
+    The benchmark's ``per_client`` x c requests form waves of c: wave 0 is the burst at t = 0
+    (request ids < c), the last wave drains with fewer than c in flight (ids >= (rounds-1) c in
+    the replay), the waves between are steady. The replay's middle waves stand for the
+    benchmark's steady ones (a mean, weighted by their count there); the first
+    ``warmup_per_client`` waves are not scored, nor the drain unless ``client.drain``."""
+    first, last = ids < c, ids >= (rounds - 1) * c
+    mid = ~(first | last)
+    if rounds < 3 or not mid.any():
+        return float(values.mean())
+    w = client.warmup_per_client
+    steady = max(0, client.per_client - 2 - max(0, w - 1))  # scored steady waves of the benchmark
+    total, n = float(values[mid].mean()) * steady * c, steady * c
+    if w == 0:
+        total, n = total + float(values[first].sum()), n + int(first.sum())
+    if client.drain:
+        total, n = total + float(values[last].sum()), n + int(last.sum())
+    return total / n
+
+
 def replay(task: tuple) -> dict:
     """One row under one cost model: {ttft_ms, tpot_ms} predicted, or {error}. ``task`` is
-    (row dict, cost model, rounds[, extra ``key=value`` overrides[, ramp]]); ramp ``request``
-    staggers the clients' first requests over one predicted request duration, ``none`` starts
-    them all at t = 0 (as ``vllm bench serve --max-concurrency N`` does)."""
+    (row dict, cost model, rounds[, extra ``key=value`` overrides[, ramp[, client[, think_s]]]]);
+    ramp ``request`` staggers the clients' first requests over one predicted request duration,
+    ``none`` starts them all at t = 0 (as ``vllm bench serve --max-concurrency N`` does);
+    client: a name of ``CLIENTS`` or ``auto`` (the row's provenance)."""
     row, cost_model, rounds = task[:3]
     extra = list(task[3]) if len(task) > 3 else []
     ramp_kind = task[4] if len(task) > 4 else "none"
+    client = client_for(row, task[5] if len(task) > 5 else "auto")
+    think_s = float(task[6]) if len(task) > 6 else 0.0
     from sim.api import simulate
     from sim.config import load_config
     from sim.errors import ServesimError
 
+    rounds = min(rounds, client.per_client)
     try:
-        cfg = load_config(row_config(row, cost_model), extra)
+        cfg = load_config(row_config(row, cost_model, client, think_s), extra)
         c = int(row["concurrency"])
         ramp = _ramp(cfg) if ramp_kind == "request" else 0.0
         cfg = load_config(cfg, [f"workload.num_requests={rounds * c}",
@@ -173,12 +286,14 @@ def replay(task: tuple) -> dict:
         return {"error": str(e).splitlines()[0][:200]}
     req = res.requests
     req = req[req["status"] == "finished"]
-    if rounds >= 3:
-        req = req[(req["request_id"] >= c) & (req["request_id"] < (rounds - 1) * c)]
     if not len(req):
         return {"error": "no request finished (rejected: does the context fit?)"}
-    return {"ttft_ms": float(req["ttft_s"].mean() * 1e3), "tpot_ms": float(req["tpot_s"].mean() * 1e3),
-            "cost_source": res.summary["sim"]["cost_model"]}
+    ids = req["request_id"].to_numpy()
+    tpot = req["tpot_s"].to_numpy()
+    ok = np.isfinite(tpot)
+    return {"ttft_ms": 1e3 * (blend(req["ttft_s"].to_numpy(), ids, c, rounds, client) + think_s),
+            "tpot_ms": 1e3 * blend(tpot[ok], ids[ok], c, rounds, client),
+            "client": client.name, "cost_source": res.summary["sim"]["cost_model"]}
 
 
 def ape(pred: pd.Series, meas: pd.Series) -> pd.Series:
