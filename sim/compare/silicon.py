@@ -2,30 +2,25 @@
 closed-loop benchmarks, and scoring the simulator's TTFT and TPOT against them
 (``servesim validate-silicon``; docs/kernel_database.md).
 
-Each aggregated row is a benchmark at fixed concurrency: ``batch_size`` clients (equal to the
-``silicon_concurrency`` recorded in ``silicon_data_source`` on every row) send requests of exactly
-``isl`` prompt and ``osl`` output tokens with no think time. ``rounds`` x N requests are
-simulated; the first N (ramp-up) and the last N (drain, fewer than N clients active) are left
-out, the middle ones scored (all of them with fewer than 3 rounds). Measured values are the
-rows' mean TTFT and TPOT.
-
-Client start (``ramp``): ``none`` (default) starts all N clients at t = 0, as benchmark clients
-with a concurrency limit do (``vllm bench serve --max-concurrency``, genai-perf/aiperf
-``--concurrency``); the engine's token budget then admits the first wave's prompts over several
-steps, so the waves that follow are staggered in groups as in the real engine, not in
-lock-step. ``request`` staggers client i's first request by i/N of one predicted request
-duration (every stage of a request's life present in the batch: the least bunched arrivals).
+Each aggregated row is a benchmark at fixed concurrency: ``batch_size`` concurrent clients (equal
+to the ``silicon_concurrency`` recorded in ``silicon_data_source`` on every row), no think time.
+The replay reproduces the benchmark client each row was measured with (``Client``,
+``client_for``): how many requests it sends (10 per concurrent slot), that all slots start
+together (the first wave is one burst; the last drains), the length distribution
+(``--random-range-ratio``), and which requests its mean covers (all of them: the burst counts).
+``rounds`` waves are simulated: the burst, the drain, and steady waves that stand for the
+benchmark's other steady waves (``blend``). The serving front end's round trip (``think_s``:
+HTTP, tokenisation, streaming) is added to each TTFT and is the mean exponential gap between a
+response and the client's next request, so a new request misses the engine step already
+started, as it does on a real server.
 
 Row -> config: ``model_path`` -> catalog model through its aliases (an ``-Instruct``, ``-FP8``
 or ``-NVFP4`` suffix names the same architecture); ``system`` -> catalog GPU
 (``kerneldb_data.SYSTEMS``); ``precision`` -> ``dtype`` (empty: bf16, the checkpoint's dtype;
-fp4: nvfp4, as ``gemm_quant_mode`` says; the KV cache stays in the activation dtype);
-``backend`` -> ``cost.framework`` (the database's newest version of it; the row's own
-version is recorded, not matched); ``tp_size`` -> ``parallelism.tp``. The scheduler is vLLM
-V1's (``vllm_v1``: running requests first, then prompt chunks, in one 8192-token budget: also
-how SGLang's chunked prefill and TRT-LLM's in-flight batching fill a step) with
-``max_num_seqs`` at least the concurrency. Rows that
-cannot be replayed are counted by reason.
+fp4: nvfp4, as ``gemm_quant_mode`` says); ``backend`` -> ``cost.framework`` (the database's
+newest version of it; the row's own version is recorded, not matched) and the framework's
+scheduler and KV settings (``server``); ``tp_size`` -> ``parallelism.tp``; ``max_num_seqs`` at
+least the concurrency. Rows that cannot be replayed are counted by reason.
 """
 from __future__ import annotations
 
@@ -264,7 +259,8 @@ def replay(task: tuple) -> dict:
     (row dict, cost model, rounds[, extra ``key=value`` overrides[, ramp[, client[, think_s]]]]);
     ramp ``request`` staggers the clients' first requests over one predicted request duration,
     ``none`` starts them all at t = 0 (as ``vllm bench serve --max-concurrency N`` does);
-    client: a name of ``CLIENTS`` or ``auto`` (the row's provenance)."""
+    client: a name of ``CLIENTS`` or ``auto`` (the row's provenance); think_s: the front end's
+    round trip in seconds (added to TTFT; the mean exponential gap before each next request)."""
     row, cost_model, rounds = task[:3]
     extra = list(task[3]) if len(task) > 3 else []
     ramp_kind = task[4] if len(task) > 4 else "none"
