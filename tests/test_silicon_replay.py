@@ -72,13 +72,13 @@ def test_lengths_follow_benchmark_serving_random_range_ratio():
 
 def test_server_settings_follow_the_inferencemax_launch_scripts():
     bs, fixed = CLIENTS["bench-serving"], CLIENTS["fixed"]
-    assert server(row(tp=4), bs) == {"scheduler": {"name": "trtllm", "max_num_batched_tokens": 16384,
+    assert server(row(tp=4), bs) == {"scheduler": {"name": "trtllm", "max_num_batched_tokens": 16384, "max_tokens_oracle": True,
                                                    "batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9},
                                      "kv": {"dtype": "fp8"}}
     assert "batch_wait_timeout_iters" not in server(row(tp=8), bs)["scheduler"]
     assert "batch_wait_timeout_iters" not in server(row(tp=4, osl=8192), bs)["scheduler"]
     assert server(row(dtype="bf16", silicon_data_source=OTHER), fixed) == {
-        "scheduler": {"name": "trtllm", "max_num_batched_tokens": 8192}, "kv": {}}
+        "scheduler": {"name": "trtllm", "max_num_batched_tokens": 8192, "max_tokens_oracle": True}, "kv": {}}
     assert server(row(backend="vllm"), bs) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192},
                                                "kv": {"dtype": "fp8"}}
     assert server(row(backend="vllm", system="h100_sxm"), bs)["kv"] == {}
@@ -107,3 +107,20 @@ def test_replay_of_a_closed_loop_row_reports_the_blended_means():
     assert out["client"] == "bench-serving" and out["ttft_ms"] > 0 and out["tpot_ms"] > 0
     late = silicon.replay((r, "roofline", 3, (), "none", "bench-serving", 0.005))
     assert late["ttft_ms"] > out["ttft_ms"]  # the front-end latency is part of the TTFT
+
+
+def test_trtllm_guaranteed_no_evict_holds_the_whole_sequence_from_admission():
+    # 4-token blocks; each request needs 8 + 8 = 16 tokens = 4 blocks for its whole sequence
+    s = make("trtllm", 6, max_num_batched_tokens=100, max_seq_len=64)
+    a, b = req(0, 8, 8, max_out=8), req(1, 8, 8, max_out=8)
+    s.add(a), s.add(b)
+    assert step(s).num_new_tokens == {0: 8}  # b would need 4 more blocks: only 2 are free
+    assert len(s.kv.tables[0]) == 4
+    plans = drain(s, [])
+    assert all(not p.preempted for p in plans) and plans[7].num_new_tokens == {1: 8}
+    s = make("trtllm", 6, max_num_batched_tokens=100, max_tokens_oracle=True)  # reserves 8 + 4 = 3 blocks each
+    s.add(req(0, 8, 4, max_out=100)), s.add(req(1, 8, 4, max_out=100))
+    assert step(s).num_new_tokens == {0: 8, 1: 8} and [len(t) for t in s.kv.tables.values()] == [3, 3]
+    s = make("trtllm", 6, max_num_batched_tokens=100, capacity_scheduler_policy="MAX_UTILIZATION")
+    s.add(req(0, 8, 8, max_out=8)), s.add(req(1, 8, 8, max_out=8))
+    assert step(s).num_new_tokens == {0: 8, 1: 8}  # blocks as tokens come: both fit at first

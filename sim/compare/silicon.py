@@ -170,7 +170,9 @@ def server(row, client: Client) -> dict:
     kv: dict = {}
     if backend == "trtllm":
         # in-flight batching: generation first, whole prompts (chunked prefill is off by default)
-        sched = {"name": "trtllm", "max_num_batched_tokens": 16384 if imax else 8192}
+        # GUARANTEED_NO_EVICT reserves prompt + max_tokens; the benchmarks send max_tokens = the
+        # output length (with ignore_eos)
+        sched = {"name": "trtllm", "max_num_batched_tokens": 16384 if imax else 8192, "max_tokens_oracle": True}
         if imax and isl == osl == 1024 and tp < 8:
             sched |= {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
         if row["dtype"] in ("fp8", "nvfp4"):  # the ModelOpt checkpoints' FP8 KV cache (InferenceMAX sets it too)

@@ -12,11 +12,17 @@ step's generation tokens reach ``batch_wait_max_tokens_ratio`` x ``max_num_token
 they have been held for ``batch_wait_timeout_iters`` steps; then all that fit go at once. It
 trades TTFT (up to that many decode steps) for fuller context batches.
 
-Departures: the capacity scheduler's ``GUARANTEED_NO_EVICT`` (KV for the whole output held at
-admission) is not modelled: blocks grow as in vLLM, with preemption by recompute when they run
-out; ``enable_chunked_prefill: true`` chunks like ``vllm_v1``.
+Capacity: ``GUARANTEED_NO_EVICT`` (the default) admits a request only with KV blocks for its
+whole sequence, prompt plus its output limit (``max_tokens``; at most ``max_seq_len``; with
+the ``max_tokens_oracle`` knob, its actual output length, as for a benchmark that sends
+``max_tokens`` = the output length with ``ignore_eos``), held from admission; ``MAX_UTILIZATION`` takes blocks as tokens come and preempts when they run out.
+
+Departures: a preempted request (``MAX_UTILIZATION``) is recomputed, not paused;
+``enable_chunked_prefill: true`` chunks like ``vllm_v1``.
 """
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
@@ -25,6 +31,11 @@ from sim.types import StepPlan
 
 
 class TRTLLMKnobs(Knobs):
+    capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
+    max_seq_len: int | None = Field(default=None, ge=1, description="longest sequence (None: the model's context)")
+    max_tokens_oracle: bool = Field(default=False, description=(
+        "explicit oracle: each request's max_tokens is its actual output length (benchmarks that send "
+        "max_tokens = the output length with ignore_eos); else the client's limit"))
     enable_chunked_prefill: bool = Field(default=False, description="chunk prompts to the budget left (else whole prompts only)")
     batch_wait_timeout_iters: int = Field(default=0, ge=0, description="most steps context requests are held back (0: off)")
     batch_wait_max_tokens_ratio: float = Field(default=0.0, ge=0, le=1, description=(
@@ -39,6 +50,13 @@ class TRTLLMScheduler(BudgetScheduler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.held_steps = 0  # consecutive steps the waiting context requests were held back
+
+    def reserve(self, r, total_tokens):
+        if self.knobs.capacity_scheduler_policy == "MAX_UTILIZATION":
+            return total_tokens
+        full = r.spec.prompt_tokens + r.spec.output_tokens if self.knobs.max_tokens_oracle else r.max_total_tokens
+        cap = self.knobs.max_seq_len or self.max_context
+        return max(total_tokens, full if cap is None else min(full, cap))
 
     def chunk(self, r, want, budget):
         if self.knobs.enable_chunked_prefill or r.num_computed >= r.spec.prompt_tokens:
