@@ -60,6 +60,9 @@ def test_rows_get_the_client_their_provenance_names():
     assert client_for(row()).name == "bench-serving"
     assert client_for(row(silicon_data_source=OTHER)).name == "fixed"
     assert client_for(row(), "steady").name == "steady"
+    from sim.commands.validate_silicon import CLIENT_NAMES
+
+    assert tuple(CLIENTS) == CLIENT_NAMES  # the command lists them without importing the replay
     bs = CLIENTS["bench-serving"]
     assert (bs.per_client, bs.warmup_per_client, bs.range_ratio, bs.drain) == (10, 0, 0.8, True)
 

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 COST_MODELS = {"roofline": ["roofline"], "kerneldb": ["kerneldb"], "both": ["roofline", "kerneldb"]}
-CLIENT_NAMES = ("bench-serving", "fixed", "steady")  # sim.compare.silicon.CLIENTS (not imported: keeps --help fast)
+CLIENT_NAMES = ("bench-serving", "fixed", "genai-perf", "steady")  # sim.compare.silicon.CLIENTS (not imported: keeps --help fast)
 FRONTEND_MS = 20.0  # fitted on rows outside the README sample: docs/kernel_database.md
 
 
@@ -32,7 +32,8 @@ def register(sub) -> None:
     p.add_argument("--cost-model", choices=sorted(COST_MODELS), default="both", help="which cost model(s) to score")
     p.add_argument("--client", choices=["auto", *CLIENT_NAMES], default="auto",
                    help="benchmark client: auto (from each row's provenance; docs/kernel_database.md), bench-serving "
-                        "(InferenceMAX's benchmark_serving.py), fixed (fixed lengths, 10N requests) or steady")
+                        "(InferenceMAX's benchmark_serving.py), fixed (fixed lengths, 10N requests), genai-perf "
+                        "(fixed, with a 2N warm-up not scored) or steady")
     p.add_argument("--frontend-ms", type=float, default=FRONTEND_MS,
                    help="serving front end's round trip (HTTP, tokenisation, streaming): added to TTFT, and the mean "
                         "exponential gap between a response and the client's next request")

@@ -140,6 +140,9 @@ CLIENTS = {c.name: c for c in (
     Client("fixed", 10, 0, 1.0,
            "fixed lengths, 10N requests from a burst at t = 0 (aiconfigurator's eval runners: "
            "genai-perf / bench_serving with 10 requests per concurrent user); mean over all requests"),
+    Client("genai-perf", 10, 2, 1.0,
+           "fixed lengths, 10N requests after a 2N-request warm-up that is not scored (aiconfigurator's "
+           "genai-perf runner: --request-count 10N --warmup-request-count 2N); the burst is in the warm-up"),
     Client("steady", 3, 1, 1.0,
            "fixed lengths; the burst wave and the drain wave are left out (steady state only)", drain=False),
 )}
