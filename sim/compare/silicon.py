@@ -194,6 +194,7 @@ def server(row, client: Client) -> dict:
 
 
 def lengths(value: int, ratio: float) -> dict:
+    """The workload length distribution of a benchmark length ``value`` at range ratio ``ratio``."""
     if ratio >= 1.0:
         return {"kind": "fixed", "value": value}
     return {"kind": "uniform", "min": max(1, int(value * ratio)), "max": value}
