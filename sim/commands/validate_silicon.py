@@ -9,6 +9,8 @@ from collections import Counter
 from pathlib import Path
 
 COST_MODELS = {"roofline": ["roofline"], "kerneldb": ["kerneldb"], "both": ["roofline", "kerneldb"]}
+CLIENT_NAMES = ("bench-serving", "fixed", "genai-perf", "steady")  # sim.compare.silicon.CLIENTS (not imported: keeps --help fast)
+FRONTEND_MS = 20.0  # fitted on rows outside the README sample: docs/kernel_database.md
 
 
 def _csv_list(s: str) -> list[str]:
@@ -18,8 +20,9 @@ def _csv_list(s: str) -> list[str]:
 def register(sub) -> None:
     p = sub.add_parser("validate-silicon", help="score predictions against measured serving runs (kernel database extra)",
                        description="Replay the aggregated rows of aiconfigurator-core's silicon_sample.csv as closed-loop "
-                                   "benchmarks (N clients, fixed ISL/OSL, no think time, staggered start) and print the "
-                                   "median and p90 absolute percentage error of TTFT and TPOT.",
+                                   "benchmarks (N concurrent clients, the benchmark client and server settings each row "
+                                   "was measured with) and print the median and p90 absolute percentage error of TTFT "
+                                   "and TPOT.",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--models", type=_csv_list, help="comma-separated catalog ids or Hugging Face repos (default: all)")
     p.add_argument("--systems", type=_csv_list, help="comma-separated systems (h200_sxm or h200-sxm; default: all)")
@@ -27,9 +30,17 @@ def register(sub) -> None:
     p.add_argument("--mode", choices=["agg"], default="agg", help="aggregated serving rows only")
     p.add_argument("--limit", type=int, help="replay the first N selected rows")
     p.add_argument("--cost-model", choices=sorted(COST_MODELS), default="both", help="which cost model(s) to score")
-    p.add_argument("--rounds", type=int, default=3, help="requests per client (3: ramp-up, scored, drain)")
+    p.add_argument("--client", choices=["auto", *CLIENT_NAMES], default="auto",
+                   help="benchmark client: auto (from each row's provenance; docs/kernel_database.md), bench-serving "
+                        "(InferenceMAX's benchmark_serving.py), fixed (fixed lengths, 10N requests), genai-perf "
+                        "(fixed, with a 2N warm-up not scored) or steady")
+    p.add_argument("--frontend-ms", type=float, default=FRONTEND_MS,
+                   help="serving front end's round trip (HTTP, tokenisation, streaming): added to TTFT, and the mean "
+                        "exponential gap between a response and the client's next request")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="requests replayed per client (burst, steady waves, drain; the steady ones stand for the rest)")
     p.add_argument("--ramp", choices=["none", "request"], default="none",
-                   help="client start: staggered over one predicted request duration, or all at t=0")
+                   help="client start: all at t=0 (as the benchmarks do), or staggered over one predicted request")
     p.add_argument("--sample", type=int, help="replay a random sample of N selected rows (seeded, reproducible)")
     p.add_argument("--workers", type=int, default=1, help="parallel processes")
     p.add_argument("--out", default="results/validate_silicon", help="output folder")
@@ -53,6 +64,8 @@ def run(args) -> int:
         raise ConfigError("--sample must be at least 1")
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    if not 0 <= args.frontend_ms <= 10_000:
+        raise ConfigError("--frontend-ms must be between 0 and 10000")
     bad = [b for b in args.backends or [] if b not in kd.FRAMEWORKS]
     if bad:
         raise ConfigError(f"unknown backend {bad[0]!r} (known: {', '.join(kd.FRAMEWORKS)})")
@@ -73,19 +86,21 @@ def run(args) -> int:
     if args.sample is not None and args.sample < len(rows):
         rows = rows.sample(args.sample, random_state=0).sort_index().reset_index(drop=True)
     models = COST_MODELS[args.cost_model]
-    tasks = [(r.to_dict(), cm, args.rounds, (), args.ramp) for _, r in rows.iterrows() for cm in models]
+    tasks = [(r.to_dict(), cm, args.rounds, (), args.ramp, args.client, args.frontend_ms / 1e3)
+             for _, r in rows.iterrows() for cm in models]
     results = _map(silicon.replay, tasks, args.workers, not args.quiet)
     errors: Counter = Counter()
     for task, res in zip(tasks, results):
         if "error" in res:
             errors[f"{task[1]}: {res['error']}"] += 1
-    out = rows.assign(bucket=rows["concurrency"].map(silicon.bucket))
+    out = rows.assign(bucket=rows["concurrency"].map(silicon.bucket),
+                      client=[silicon.client_for(r, args.client).name for _, r in rows.iterrows()])
     for cm in models:
         res = [r for task, r in zip(tasks, results) if task[1] == cm]
         out[f"{cm}_ttft_ms"] = [r.get("ttft_ms") for r in res]
         out[f"{cm}_tpot_ms"] = [r.get("tpot_ms") for r in res]
     keep = ["id", "model_path", "model", "system", "hardware", "backend", "backend_version", "precision", "dtype",
-            "mode", "isl", "osl", "concurrency", "bucket", "tp", "silicon_ttft_ms", "silicon_tpot_ms"]
+            "mode", "isl", "osl", "concurrency", "bucket", "tp", "client", "silicon_ttft_ms", "silicon_tpot_ms"]
     out = out[keep + [c for c in out.columns if c.startswith(tuple(models))]]
     scored = out.dropna(subset=[f"{cm}_tpot_ms" for cm in models])
     scores = silicon.score(scored, models)
@@ -101,7 +116,8 @@ def run(args) -> int:
     summary = {"csv": f"aiconfigurator-core {kd.package_version()} systems/silicon_sample.csv",
                "filters": {"models": args.models, "systems": args.systems, "backends": args.backends,
                            "mode": args.mode, "limit": args.limit},
-               "rounds": args.rounds, "ramp": args.ramp, "sample": args.sample, "rows_selected": int(len(rows)), "rows_scored": int(len(scored)),
+               "rounds": args.rounds, "ramp": args.ramp, "client": args.client, "frontend_ms": args.frontend_ms,
+               "sample": args.sample, "rows_selected": int(len(rows)), "rows_scored": int(len(scored)),
                "skipped": skipped_all, "scores": scores}
     (dest / "summary.json").write_text(json.dumps(summary, indent=2))
     if not args.no_plots and len(scored):

@@ -2,37 +2,33 @@
 closed-loop benchmarks, and scoring the simulator's TTFT and TPOT against them
 (``servesim validate-silicon``; docs/kernel_database.md).
 
-Each aggregated row is a benchmark at fixed concurrency: ``batch_size`` clients (equal to the
-``silicon_concurrency`` recorded in ``silicon_data_source`` on every row) send requests of exactly
-``isl`` prompt and ``osl`` output tokens with no think time. ``rounds`` x N requests are
-simulated; the first N (ramp-up) and the last N (drain, fewer than N clients active) are left
-out, the middle ones scored (all of them with fewer than 3 rounds). Measured values are the
-rows' mean TTFT and TPOT.
-
-Client start (``ramp``): ``none`` (default) starts all N clients at t = 0, as benchmark clients
-with a concurrency limit do (``vllm bench serve --max-concurrency``, genai-perf/aiperf
-``--concurrency``); the engine's token budget then admits the first wave's prompts over several
-steps, so the waves that follow are staggered in groups as in the real engine, not in
-lock-step. ``request`` staggers client i's first request by i/N of one predicted request
-duration (every stage of a request's life present in the batch: the least bunched arrivals).
+Each aggregated row is a benchmark at fixed concurrency: ``batch_size`` concurrent clients (equal
+to the ``silicon_concurrency`` recorded in ``silicon_data_source`` on every row), no think time.
+The replay reproduces the benchmark client each row was measured with (``Client``,
+``client_for``): how many requests it sends (10 per concurrent slot), that all slots start
+together (the first wave is one burst; the last drains), the length distribution
+(``--random-range-ratio``), and which requests its mean covers (all of them: the burst counts).
+``rounds`` waves are simulated: the burst, the drain, and steady waves that stand for the
+benchmark's other steady waves (``blend``). The serving front end's round trip (``think_s``:
+HTTP, tokenisation, streaming) is added to each TTFT and is the mean exponential gap between a
+response and the client's next request, so a new request misses the engine step already
+started, as it does on a real server.
 
 Row -> config: ``model_path`` -> catalog model through its aliases (an ``-Instruct``, ``-FP8``
 or ``-NVFP4`` suffix names the same architecture); ``system`` -> catalog GPU
 (``kerneldb_data.SYSTEMS``); ``precision`` -> ``dtype`` (empty: bf16, the checkpoint's dtype;
-fp4: nvfp4, as ``gemm_quant_mode`` says, except gpt-oss, published only as mxfp4; the KV cache stays in
-the activation dtype, except TRT-LLM's fp8 / nvfp4 rows: fp8, as its ``auto`` KV dtype follows the
-ModelOpt checkpoint);
-``backend`` -> ``cost.framework`` (the database's newest version of it; the row's own
-version is recorded, not matched); ``tp_size`` -> ``parallelism.tp``. The scheduler is vLLM
-V1's (``vllm_v1``: running requests first, then prompt chunks, in one 8192-token budget: also
-how SGLang's chunked prefill and TRT-LLM's in-flight batching fill a step) with
-``max_num_seqs`` at least the concurrency. Rows that
-cannot be replayed are counted by reason.
+fp4: nvfp4, as ``gemm_quant_mode`` says, except gpt-oss, published only as mxfp4); ``backend`` ->
+``cost.framework`` (the database's newest version of it; the row's own version is recorded, not
+matched) and the framework's scheduler and KV settings (``server``: TRT-LLM's fp8 / nvfp4 rows
+run an fp8 KV cache, as its ``auto`` KV dtype follows the ModelOpt checkpoint); ``tp_size`` ->
+``parallelism.tp``; ``max_num_seqs`` at least the concurrency. Rows that cannot be replayed are
+counted by reason.
 """
 from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,11 +39,6 @@ from sim.cost import kerneldb_data as kd
 BUCKETS = ((1, 8, "1-8"), (9, 32, "9-32"), (33, 127, "33-127"), (128, 10**9, "128+"))
 SUFFIXES = ("-instruct", "-fp8", "-nvfp4", "-fp4")
 PRECISION = {"fp4": "nvfp4"}  # the csv's fp4 rows are NVFP4 (gemm_quant_mode nvfp4)
-FP8_KV_BACKENDS = {"trtllm"}
-"""Backends whose default KV-cache dtype follows the checkpoint: TRT-LLM's ``kv_cache_config.dtype``
-``auto`` takes the ModelOpt checkpoint's ``kv_cache_quant_algo`` (FP8 in NVIDIA's FP8 and NVFP4
-Llama checkpoints), so its quantised rows run an fp8 KV cache; vLLM's and SGLang's ``auto`` keep
-the model dtype."""
 FP4_CHECKPOINT = {"gpt-oss-120b": "mxfp4"}
 """Models published only in an fp4 format of their own: their fp4 rows (labelled nvfp4 in the csv)
 run that checkpoint (gpt-oss: mxfp4 experts, bf16 elsewhere)."""
@@ -146,16 +137,107 @@ def _moe_split(r) -> float | None:
     return tp * (1 if isinstance(ep, float) and math.isnan(ep) else ep)
 
 
-def row_config(r, cost_model: str) -> dict:
+@dataclass(frozen=True)
+class Client:
+    """How a benchmark client drives the engine, and what its TTFT / TPOT figures average.
+
+    ``per_client`` x N requests are sent by N concurrent slots (``--max-concurrency N``): all N
+    at t = 0, then a new one each time one finishes (no think time), so the first wave arrives
+    as one burst and the last wave drains with fewer than N in flight. The reported figure is
+    the mean over every request but the first ``warmup_per_client`` x N. Prompt and output
+    lengths are uniform integers in [int(``range_ratio`` x L), L] (vLLM ``benchmark_serving.py
+    --random-range-ratio``; 1.0: exactly L)."""
+
+    name: str
+    per_client: int
+    warmup_per_client: int
+    range_ratio: float
+    about: str
+    drain: bool = True
+
+
+CLIENTS = {c.name: c for c in (
+    Client("bench-serving", 10, 0, 0.8,
+           "vLLM benchmark_serving.py as InferenceMAX runs it: --num-prompts 10N --max-concurrency N "
+           "--request-rate inf --random-range-ratio 0.8 --ignore-eos; mean over all requests"),
+    Client("fixed", 10, 0, 1.0,
+           "fixed lengths, 10N requests from a burst at t = 0 (aiconfigurator's eval runners: "
+           "genai-perf / bench_serving with 10 requests per concurrent user); mean over all requests"),
+    Client("genai-perf", 10, 2, 1.0,
+           "fixed lengths, 10N requests after a 2N-request warm-up that is not scored (aiconfigurator's "
+           "genai-perf runner: --request-count 10N --warmup-request-count 2N); the burst is in the warm-up"),
+    Client("steady", 3, 1, 1.0,
+           "fixed lengths; the burst wave and the drain wave are left out (steady state only)", drain=False),
+)}
+INFERENCEMAX_SOURCE = "source_file=2026-04-06.csv"
+
+
+def client_for(row, name: str = "auto") -> Client:
+    """The client a row was measured with: ``auto`` reads the row's provenance. The csv's
+    Llama-3.1-70B rows from ``2026-04-06.csv`` (measured 2025-10-29) are InferenceMAX's grid
+    (ISL/OSL 1k/1k, 1k/8k, 8k/1k; concurrency 4-64, 128 for TRT-LLM; vLLM and TRT-LLM on
+    H100/H200/B200, fp8 and fp4), whose published client is ``bench-serving``; the other rows
+    name no client and get ``fixed``."""
+    if name != "auto":
+        return CLIENTS[name]
+    return CLIENTS["bench-serving" if str(row.get("silicon_data_source", "")).startswith(INFERENCEMAX_SOURCE)
+                   else "fixed"]
+
+
+def server(row, client: Client) -> dict:
+    """The engine's scheduler and KV settings for a row: each framework's defaults, and for the
+    InferenceMAX rows (client ``bench-serving``) the settings of its launch scripts
+    (``benchmarks/70b_*.sh``): vLLM ``--max-num-batched-tokens 8192 --kv-cache-dtype fp8``
+    (H200, B200) with async scheduling; ``trtllm-serve --max_num_tokens 16384`` with an fp8 KV
+    cache and, for ISL/OSL 1k/1k below TP 8, batch waiting (``batch_wait_timeout_iters: 20``,
+    ``batch_wait_max_tokens_ratio: 0.9``)."""
+    backend, imax = row["backend"], client.name == "bench-serving"
+    isl, osl, tp = int(row["isl"]), int(row["osl"]), int(row["tp"])
+    kv: dict = {}
+    if backend == "trtllm":
+        # in-flight batching: generation first, whole prompts (chunked prefill is off by default)
+        # GUARANTEED_NO_EVICT reserves prompt + max_tokens; the benchmarks send max_tokens = the
+        # output length (with ignore_eos)
+        sched = {"name": "trtllm", "max_num_batched_tokens": 16384 if imax else 8192, "max_tokens_oracle": True}
+        if imax and isl == osl == 1024 and tp < 8:
+            sched |= {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+        # TRT-LLM's ``kv_cache_config.dtype: auto`` takes the ModelOpt checkpoint's kv_cache_quant_algo
+        # (FP8 in NVIDIA's FP8 and NVFP4 Llama checkpoints; InferenceMAX sets it too)
+        if row["dtype"] in ("fp8", "nvfp4"):
+            kv["dtype"] = "fp8"
+    else:
+        # vLLM V1: chunked prefill in one token budget, running requests first (8192: the V1
+        # default of the OpenAI server on >= 70 GB GPUs, and what InferenceMAX sets). SGLang
+        # (chunked_prefill_size 8192 on H100/H200) runs a waiting prefill batch before the
+        # decode batch; its rows are replayed with mixed steps all the same: the prefill-first
+        # ``vllm`` policy kept the fixed-length cohorts in lock-step and over-predicted their
+        # TTFT 2-5x, mixed steps came within 0.7-1.0x of TTFT and 0.8-0.9x of TPOT (docs).
+        sched = {"name": "vllm_v1", "max_num_batched_tokens": 8192}
+        if imax and backend == "vllm" and row["system"] != "h100_sxm":
+            kv["dtype"] = "fp8"
+    return {"scheduler": sched, "kv": kv}
+
+
+def lengths(value: int, ratio: float) -> dict:
+    """The workload length distribution of a benchmark length ``value`` at range ratio ``ratio``."""
+    if ratio >= 1.0:
+        return {"kind": "fixed", "value": value}
+    return {"kind": "uniform", "min": max(1, int(value * ratio)), "max": value}
+
+
+def row_config(r, cost_model: str, client: Client | None = None, think_s: float = 0.0) -> dict:
     c = int(r["concurrency"])
-    kv = {"dtype": "fp8"} if r["backend"] in FP8_KV_BACKENDS and r["dtype"] in ("fp8", "nvfp4") else {}
+    client = client or CLIENTS["steady"]
+    srv = server(r, client)
     return {
-        "model": r["model"], "hardware": r["hardware"], "dtype": r["dtype"], "kv": kv,
+        "model": r["model"], "hardware": r["hardware"], "dtype": r["dtype"],
         "parallelism": {"tp": int(r["tp"])},
-        "scheduler": {"name": "vllm_v1", "max_num_seqs": max(256, c)},
-        "workload": {"num_requests": c, "prompt": {"kind": "fixed", "value": int(r["isl"])},
-                     "output": {"kind": "fixed", "value": int(r["osl"])},
-                     "closed_loop": {"clients": c, "think_time_s": 0.0, "think": "fixed"}},
+        "scheduler": {**srv["scheduler"], "max_num_seqs": max(256, c)},
+        "kv": srv["kv"],
+        "workload": {"num_requests": c, "prompt": lengths(int(r["isl"]), client.range_ratio),
+                     "output": lengths(int(r["osl"]), client.range_ratio),
+                     "closed_loop": {"clients": c, "think_time_s": think_s,
+                                     "think": "exponential" if think_s > 0 else "fixed"}},
         "cost": {"model": cost_model, "framework": r["backend"]},
         "output": {"plots": False, "progress": False, "step_records": False},
         "seed": 0,
@@ -169,7 +251,9 @@ def _ramp(cfg) -> float:
     from sim.types import BatchShape
 
     wl = cfg.workload
-    c, isl, osl = wl.closed_loop.clients, wl.prompt.value, wl.output.value
+    c = wl.closed_loop.clients
+    isl = wl.prompt.value if wl.prompt.kind == "fixed" else wl.prompt.max
+    osl = wl.output.value if wl.output.kind == "fixed" else wl.output.max
     cm = make_cost_model(cfg, get_model(cfg.model), get_hardware(cfg.hardware))
     prefill = cm.step_time(BatchShape((min(isl, 8192),), (0,), tp=cfg.parallelism.tp)).total * math.ceil(isl / 8192)
     decode = cm.decode_step(c, c * (isl + osl // 2), isl + osl).total
@@ -179,20 +263,47 @@ def _ramp(cfg) -> float:
 RAMPS = ("none", "request")
 
 
+def blend(values: np.ndarray, ids: np.ndarray, c: int, rounds: int, client: Client) -> float:
+    """The benchmark's mean over its scored requests, from a replay of ``rounds`` x c requests.
+
+    The benchmark's ``per_client`` x c requests form waves of c: wave 0 is the burst at t = 0
+    (request ids < c), the last wave drains with fewer than c in flight (ids >= (rounds-1) c in
+    the replay), the waves between are steady. The replay's middle waves stand for the
+    benchmark's steady ones (a mean, weighted by their count there); the first
+    ``warmup_per_client`` waves are not scored, nor the drain unless ``client.drain``."""
+    first, last = ids < c, ids >= (rounds - 1) * c
+    mid = ~(first | last)
+    if rounds < 3 or not mid.any():
+        return float(values.mean())
+    w = client.warmup_per_client
+    steady = max(0, client.per_client - 2 - max(0, w - 1))  # scored steady waves of the benchmark
+    total, n = float(values[mid].mean()) * steady * c, steady * c
+    if w == 0:
+        total, n = total + float(values[first].sum()), n + int(first.sum())
+    if client.drain:
+        total, n = total + float(values[last].sum()), n + int(last.sum())
+    return total / n
+
+
 def replay(task: tuple) -> dict:
     """One row under one cost model: {ttft_ms, tpot_ms} predicted, or {error}. ``task`` is
-    (row dict, cost model, rounds[, extra ``key=value`` overrides[, ramp]]); ramp ``request``
-    staggers the clients' first requests over one predicted request duration, ``none`` starts
-    them all at t = 0 (as ``vllm bench serve --max-concurrency N`` does)."""
+    (row dict, cost model, rounds[, extra ``key=value`` overrides[, ramp[, client[, think_s]]]]);
+    ramp ``request`` staggers the clients' first requests over one predicted request duration,
+    ``none`` starts them all at t = 0 (as ``vllm bench serve --max-concurrency N`` does);
+    client: a name of ``CLIENTS`` or ``auto`` (the row's provenance); think_s: the front end's
+    round trip in seconds (added to TTFT; the mean exponential gap before each next request)."""
     row, cost_model, rounds = task[:3]
     extra = list(task[3]) if len(task) > 3 else []
     ramp_kind = task[4] if len(task) > 4 else "none"
+    client = client_for(row, task[5] if len(task) > 5 else "auto")
+    think_s = float(task[6]) if len(task) > 6 else 0.0
     from sim.api import simulate
     from sim.config import load_config
     from sim.errors import ServesimError
 
+    rounds = min(rounds, client.per_client)
     try:
-        cfg = load_config(row_config(row, cost_model), extra)
+        cfg = load_config(row_config(row, cost_model, client, think_s), extra)
         c = int(row["concurrency"])
         ramp = _ramp(cfg) if ramp_kind == "request" else 0.0
         cfg = load_config(cfg, [f"workload.num_requests={rounds * c}",
@@ -202,12 +313,14 @@ def replay(task: tuple) -> dict:
         return {"error": str(e).splitlines()[0][:200]}
     req = res.requests
     req = req[req["status"] == "finished"]
-    if rounds >= 3:
-        req = req[(req["request_id"] >= c) & (req["request_id"] < (rounds - 1) * c)]
     if not len(req):
         return {"error": "no request finished (rejected: does the context fit?)"}
-    return {"ttft_ms": float(req["ttft_s"].mean() * 1e3), "tpot_ms": float(req["tpot_s"].mean() * 1e3),
-            "cost_source": res.summary["sim"]["cost_model"]}
+    ids = req["request_id"].to_numpy()
+    tpot = req["tpot_s"].to_numpy()
+    ok = np.isfinite(tpot)
+    return {"ttft_ms": 1e3 * (blend(req["ttft_s"].to_numpy(), ids, c, rounds, client) + think_s),
+            "tpot_ms": 1e3 * blend(tpot[ok], ids[ok], c, rounds, client),
+            "client": client.name, "cost_source": res.summary["sim"]["cost_model"]}
 
 
 def ape(pred: pd.Series, meas: pd.Series) -> pd.Series:

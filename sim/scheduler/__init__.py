@@ -2,7 +2,7 @@
 registers them all."""
 from sim.scheduler.base import REGISTRY, Knobs, Scheduler, register
 from sim.scheduler import (  # noqa: F401  (registration)
-    lookahead, orca, priority, sarathi, sjf, srpt, static, vllm, vllm_v1,
+    lookahead, orca, priority, sarathi, sjf, srpt, static, trtllm, vllm, vllm_v1,
 )
 
 __all__ = ["REGISTRY", "Knobs", "Scheduler", "register"]

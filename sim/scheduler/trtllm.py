@@ -1,0 +1,87 @@
+"""``trtllm``: TensorRT-LLM's in-flight batching (PyTorch backend, ``trtllm-serve`` 1.0-1.2).
+
+Source: TensorRT-LLM ``PyExecutor`` (``_schedule`` with the micro-batch scheduler and the
+batch-waiting step) and ``LlmArgs`` (``max_num_tokens``, ``enable_chunked_prefill``,
+``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``). A step is generation requests
+first, then context requests in arrival order, under one ``max_num_tokens`` budget. Without
+chunked prefill (the default) a prompt is scheduled whole or not at all.
+
+Batch waiting (off by default; ``batch_wait_timeout_iters`` > 0 turns it on): while requests
+are generating, waiting context requests are held back until their prompt tokens plus the
+step's generation tokens reach ``batch_wait_max_tokens_ratio`` x ``max_num_tokens``, or until
+they have been held for ``batch_wait_timeout_iters`` steps; then all that fit go at once. It
+trades TTFT (up to that many decode steps) for fuller context batches.
+
+Capacity: ``GUARANTEED_NO_EVICT`` (the default) admits a request only with KV blocks for its
+whole sequence, prompt plus its output limit (``max_tokens``; at most ``max_seq_len``; with
+the ``max_tokens_oracle`` knob, its actual output length, as for a benchmark that sends
+``max_tokens`` = the output length with ``ignore_eos``), held from admission; ``MAX_UTILIZATION`` takes blocks as tokens come and preempts when they run out.
+
+Departures: a preempted request (``MAX_UTILIZATION``) is recomputed, not paused;
+``enable_chunked_prefill: true`` chunks like ``vllm_v1``.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from sim.scheduler.base import BudgetScheduler, Knobs, register
+from sim.types import StepPlan
+
+
+class TRTLLMKnobs(Knobs):
+    capacity_scheduler_policy: Literal["GUARANTEED_NO_EVICT", "MAX_UTILIZATION"] = "GUARANTEED_NO_EVICT"
+    max_seq_len: int | None = Field(default=None, ge=1, description="longest sequence (None: the model's context)")
+    max_tokens_oracle: bool = Field(default=False, description=(
+        "explicit oracle: each request's max_tokens is its actual output length (benchmarks that send "
+        "max_tokens = the output length with ignore_eos); else the client's limit"))
+    enable_chunked_prefill: bool = Field(default=False, description="chunk prompts to the budget left (else whole prompts only)")
+    batch_wait_timeout_iters: int = Field(default=0, ge=0, description="most steps context requests are held back (0: off)")
+    batch_wait_max_tokens_ratio: float = Field(default=0.0, ge=0, le=1, description=(
+        "hold context requests until the step's tokens reach this fraction of max_num_batched_tokens"))
+
+
+@register("trtllm")
+class TRTLLMScheduler(BudgetScheduler):
+    Knobs = TRTLLMKnobs
+    queue_static = False  # the batch-waiting counter moves with every step
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.held_steps = 0  # consecutive steps the waiting context requests were held back
+
+    def reserve(self, r, total_tokens):
+        if self.knobs.capacity_scheduler_policy == "MAX_UTILIZATION":
+            return total_tokens
+        full = r.spec.prompt_tokens + r.spec.output_tokens if self.knobs.max_tokens_oracle else r.max_total_tokens
+        cap = self.knobs.max_seq_len or self.max_context
+        return max(total_tokens, full if cap is None else min(full, cap))
+
+    def chunk(self, r, want, budget):
+        if self.knobs.enable_chunked_prefill or r.num_computed >= r.spec.prompt_tokens:
+            return min(want, budget)
+        return want if want <= budget else 0
+
+    def release(self, plan: StepPlan) -> bool:
+        """Whether waiting context requests may be scheduled this step (batch waiting)."""
+        k = self.knobs
+        if k.batch_wait_timeout_iters == 0 or not self.waiting or not plan.num_new_tokens:
+            return True
+        tokens = sum(plan.num_new_tokens.values()) + sum(r.remaining for r in self.waiting)
+        if self.held_steps >= k.batch_wait_timeout_iters or tokens >= k.batch_wait_max_tokens_ratio * k.max_num_batched_tokens:
+            return True
+        self.held_steps += 1
+        return False
+
+    def schedule(self, now: float) -> StepPlan:
+        plan = StepPlan()
+        budget = self.schedule_running(plan, self.budget())
+        if not plan.preempted and self.release(plan):
+            self.held_steps = 0
+            self.schedule_waiting(plan, budget, now)
+        return plan
+
+    def steady(self) -> bool:
+        # while requests wait, each step moves the batch-waiting counter: plan step by step
+        return not self.waiting

@@ -1,0 +1,129 @@
+"""The benchmark-client and server model of ``validate-silicon`` (sim/compare/silicon.py) and the
+``trtllm`` scheduler it maps TensorRT-LLM rows to: exact outcomes on tiny cases."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policy_kit import drain, make, req, step
+from sim.compare import silicon
+from sim.compare.silicon import CLIENTS, Client, blend, client_for, lengths, server
+
+IMAX = "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=8; measured=2025-10-29T00:00:00.000Z"
+OTHER = "source_file=/data/h100_sxm/trtllm/1.0.0rc3/meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=8"
+
+
+def row(**kw) -> dict:
+    base = {"model": "llama-3.1-8b", "hardware": "h100-sxm", "system": "h200_sxm", "dtype": "fp8", "tp": 1,
+            "backend": "trtllm", "isl": 1024, "osl": 1024, "concurrency": 4, "silicon_data_source": IMAX}
+    return base | kw
+
+
+# ---------------------------------------------------------------------- the trtllm scheduler
+
+def test_trtllm_runs_whole_prompts_generation_first():
+    s = make("trtllm", 40, max_num_batched_tokens=10)
+    plans = drain(s, [req(0, 8, 3), req(1, 6, 2)])
+    # the second prompt (6) does not fit the 2 tokens left: it waits for a step with room, whole
+    assert [p.num_new_tokens for p in plans] == [{0: 8}, {0: 1, 1: 6}, {0: 1, 1: 1}]
+
+
+def test_trtllm_chunked_prefill_knob_chunks_like_vllm_v1():
+    s = make("trtllm", 40, max_num_batched_tokens=10, enable_chunked_prefill=True)
+    plans = drain(s, [req(0, 8, 3), req(1, 6, 2)])
+    assert [p.num_new_tokens for p in plans] == [{0: 8, 1: 2}, {0: 1, 1: 4}, {0: 1, 1: 1}]
+
+
+def test_trtllm_batch_waiting_holds_prompts_for_the_timeout_then_sends_them_together():
+    s = make("trtllm", 60, max_num_batched_tokens=100, batch_wait_timeout_iters=2, batch_wait_max_tokens_ratio=0.9)
+    s.add(req(0, 4, 10))
+    assert step(s).num_new_tokens == {0: 4}  # nothing generating: no wait
+    s.add(req(1, 5, 2)), s.add(req(2, 5, 2))
+    assert step(s).num_new_tokens == {0: 1} and s.held_steps == 1
+    assert step(s).num_new_tokens == {0: 1} and s.held_steps == 2
+    assert step(s).num_new_tokens == {0: 1, 1: 5, 2: 5} and s.held_steps == 0
+
+
+def test_trtllm_batch_waiting_releases_once_the_token_ratio_is_reached():
+    s = make("trtllm", 60, max_num_batched_tokens=20, batch_wait_timeout_iters=50, batch_wait_max_tokens_ratio=0.5)
+    s.add(req(0, 4, 10))
+    step(s)
+    s.add(req(1, 5, 2))
+    assert step(s).num_new_tokens == {0: 1}  # 1 + 5 tokens < 0.5 x 20
+    s.add(req(2, 5, 2))
+    assert step(s).num_new_tokens == {0: 1, 1: 5, 2: 5}  # 1 + 10 >= 10
+
+
+# ---------------------------------------------------------------------- clients and servers
+
+def test_rows_get_the_client_their_provenance_names():
+    assert client_for(row()).name == "bench-serving"
+    assert client_for(row(silicon_data_source=OTHER)).name == "fixed"
+    assert client_for(row(), "steady").name == "steady"
+    from sim.commands.validate_silicon import CLIENT_NAMES
+
+    assert tuple(CLIENTS) == CLIENT_NAMES  # the command lists them without importing the replay
+    bs = CLIENTS["bench-serving"]
+    assert (bs.per_client, bs.warmup_per_client, bs.range_ratio, bs.drain) == (10, 0, 0.8, True)
+
+
+def test_lengths_follow_benchmark_serving_random_range_ratio():
+    # benchmark_serving.py: np.random.randint(int(L * ratio), L + 1): inclusive integers
+    assert lengths(1024, 0.8) == {"kind": "uniform", "min": 819, "max": 1024}
+    assert lengths(8192, 1.0) == {"kind": "fixed", "value": 8192}
+
+
+def test_server_settings_follow_the_inferencemax_launch_scripts():
+    bs, fixed = CLIENTS["bench-serving"], CLIENTS["fixed"]
+    assert server(row(tp=4), bs) == {"scheduler": {"name": "trtllm", "max_num_batched_tokens": 16384, "max_tokens_oracle": True,
+                                                   "batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9},
+                                     "kv": {"dtype": "fp8"}}
+    assert "batch_wait_timeout_iters" not in server(row(tp=8), bs)["scheduler"]
+    assert "batch_wait_timeout_iters" not in server(row(tp=4, osl=8192), bs)["scheduler"]
+    assert server(row(dtype="bf16", silicon_data_source=OTHER), fixed) == {
+        "scheduler": {"name": "trtllm", "max_num_batched_tokens": 8192, "max_tokens_oracle": True}, "kv": {}}
+    assert server(row(backend="vllm"), bs) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192},
+                                               "kv": {"dtype": "fp8"}}
+    assert server(row(backend="vllm", system="h100_sxm"), bs)["kv"] == {}
+    assert server(row(backend="sglang"), fixed) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192}, "kv": {}}
+
+
+def test_blend_weights_the_replayed_waves_as_the_benchmark_counts_them():
+    c, rounds = 2, 4  # replayed waves: burst [1, 3], middle [10, 10, 20, 20], drain [5, 7]
+    ids = np.arange(8)
+    vals = np.array([1, 3, 10, 10, 20, 20, 5, 7], dtype=float)
+    # 10 waves in the benchmark: the burst, 8 steady waves at the middle mean (15), the drain
+    assert blend(vals, ids, c, rounds, CLIENTS["bench-serving"]) == pytest.approx((4 + 15 * 16 + 12) / 20)
+    # a 2-wave warm-up drops the burst and one steady wave
+    warm = Client("w", 10, 2, 1.0, "")
+    assert blend(vals, ids, c, rounds, warm) == pytest.approx((15 * 14 + 12) / 16)
+    # steady: the middle only
+    assert blend(vals, ids, c, rounds, CLIENTS["steady"]) == pytest.approx(15.0)
+    # fewer than 3 replayed waves: the plain mean
+    assert blend(vals[:4], ids[:4], c, 2, CLIENTS["bench-serving"]) == pytest.approx(6.0)
+
+
+def test_replay_of_a_closed_loop_row_reports_the_blended_means():
+    r = row(model="llama-3.1-8b", hardware="h100-sxm", system="h100_sxm", backend="vllm", dtype="bf16", tp=1,
+            isl=256, osl=16, concurrency=2)
+    out = silicon.replay((r, "roofline", 3, (), "none", "bench-serving", 0.0))
+    assert out["client"] == "bench-serving" and out["ttft_ms"] > 0 and out["tpot_ms"] > 0
+    late = silicon.replay((r, "roofline", 3, (), "none", "bench-serving", 0.005))
+    assert late["ttft_ms"] > out["ttft_ms"]  # the front-end latency is part of the TTFT
+
+
+def test_trtllm_guaranteed_no_evict_holds_the_whole_sequence_from_admission():
+    # 4-token blocks; each request needs 8 + 8 = 16 tokens = 4 blocks for its whole sequence
+    s = make("trtllm", 6, max_num_batched_tokens=100, max_seq_len=64)
+    a, b = req(0, 8, 8, max_out=8), req(1, 8, 8, max_out=8)
+    s.add(a), s.add(b)
+    assert step(s).num_new_tokens == {0: 8}  # b would need 4 more blocks: only 2 are free
+    assert len(s.kv.tables[0]) == 4
+    plans = drain(s, [])
+    assert all(not p.preempted for p in plans) and plans[7].num_new_tokens == {1: 8}
+    s = make("trtllm", 6, max_num_batched_tokens=100, max_tokens_oracle=True)  # reserves 8 + 4 = 3 blocks each
+    s.add(req(0, 8, 4, max_out=100)), s.add(req(1, 8, 4, max_out=100))
+    assert step(s).num_new_tokens == {0: 8, 1: 8} and [len(t) for t in s.kv.tables.values()] == [3, 3]
+    s = make("trtllm", 6, max_num_batched_tokens=100, capacity_scheduler_policy="MAX_UTILIZATION")
+    s.add(req(0, 8, 8, max_out=8)), s.add(req(1, 8, 8, max_out=8))
+    assert step(s).num_new_tokens == {0: 8, 1: 8}  # blocks as tokens come: both fit at first
