@@ -81,8 +81,12 @@ def run(args) -> int:
     rows, skipped = silicon.select(df, models=args.models, systems=args.systems, backends=args.backends,
                                    mode=args.mode, limit=args.limit)
     if not len(rows):
-        raise ConfigError("no row of the csv matches the filters (or every match was skipped: "
-                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ")")
+        if not skipped:
+            raise ConfigError("no row of the csv matches the filters (models, systems, backends, mode: see "
+                              "servesim validate-silicon --help; --models takes catalog ids such as llama-3.1-8b "
+                              "or the csv's Hugging Face repos such as meta-llama/Llama-3.1-70B)")
+        raise ConfigError("every row of the csv that matches the filters was skipped: "
+                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
     if args.sample is not None and args.sample < len(rows):
         rows = rows.sample(args.sample, random_state=0).sort_index().reset_index(drop=True)
     models = COST_MODELS[args.cost_model]
