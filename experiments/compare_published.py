@@ -295,9 +295,9 @@ def plot(recs: list[dict], models: list[str], out: Path) -> list[Path]:
     ax.set_title("servesim vs published measurements outside the kernel database")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    paths = [out / "predicted_vs_measured.png", out / "predicted_vs_measured.svg"]
-    for p in paths:
-        fig.savefig(p, dpi=130)
+    from sim.metrics.plots import save
+
+    paths = [Path(f) for f in save(fig, out, "predicted_vs_measured")]
     plt.close(fig)
     return paths
 

@@ -387,8 +387,8 @@ def plot(pred: pd.DataFrame, models: list[str], out: Path) -> list[Path]:
         ax.legend(fontsize=8)
     fig.suptitle("servesim vs aiconfigurator-core silicon_sample.csv (closed-loop replays)")
     fig.tight_layout()
-    paths = [out / "predicted_vs_measured.png", out / "predicted_vs_measured.svg"]
-    for p in paths:
-        fig.savefig(p, dpi=130)
+    from sim.metrics.plots import save
+
+    paths = [Path(f) for f in save(fig, out, "predicted_vs_measured")]
     plt.close(fig)
     return paths

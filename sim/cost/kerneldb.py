@@ -322,6 +322,13 @@ class KernelDbCostModel(RooflineCostModel):
         s, L = self.shapes, self.model.num_layers
         mlp = self.moe(tokens) if s.num_experts else self.gemm("gate_up", tokens) + self.gemm("down", tokens)
         gemm = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp) + self.gemm("lm_head", num_seqs)
+        return (gemm, *self._other_and_comm(tokens, num_seqs))
+
+    def _other_and_comm(self, tokens: int, num_seqs: int) -> tuple[float, float]:
+        """(other_gpu, comm) of a step: the elementwise operators the engine does not fuse into
+        another kernel (roofline), the all-reduce from the database, the logits all-gather and
+        the pipeline sends (roofline)."""
+        s, L = self.shapes, self.model.num_layers
         fused = self.engine["fused"]
         other = L * sum(mult * self.elementwise(op, tokens) for op, mult in
                         (("rmsnorm", 2), ("silu_mul", 1), ("rotary", 1), ("kv_write", 1)) if op not in fused)
@@ -330,7 +337,7 @@ class KernelDbCostModel(RooflineCostModel):
         comm += RooflineCostModel.collective(self, "all_gather", num_seqs * s.vocab * 4, self.tp)
         if self.pp > 1:
             comm += (self.pp - 1) * (tokens * s.hidden * 2 / self.hw.link_bw + self.p.allreduce_latency_s)
-        return gemm, other, comm
+        return other, comm
 
     def describe(self) -> dict:
         """What priced the run, for summary.json."""

@@ -299,13 +299,19 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
 def load(system: str, framework: str, version: str, *, use_cache: bool = True) -> dict[str, np.ndarray]:
     """The derived grids for (system, framework, version), from the cache when present."""
     path = cache_root() / f"v{CACHE_FORMAT}" / f"{system}__{framework}__{version}.npz"
+    return cached_arrays(path, lambda: derive(system, framework, version), use_cache)
+
+
+def cached_arrays(path: Path, make, use_cache: bool = True) -> dict[str, np.ndarray]:
+    """``make()``'s arrays, kept as ``.npz`` at ``path`` (written atomically; a torn or foreign
+    file is made again, a read-only cache folder is skipped)."""
     if use_cache and path.is_file():
         try:
             with np.load(path, allow_pickle=False) as z:
                 return {k: z[k] for k in z.files}
         except (OSError, ValueError):
             pass  # a torn or foreign file: derive again
-    arrays = derive(system, framework, version)
+    arrays = make()
     if use_cache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

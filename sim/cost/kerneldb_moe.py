@@ -38,7 +38,6 @@ base grids (``<system>__<framework>__<version>__moe.npz``).
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
@@ -150,22 +149,7 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
 def load(system: str, framework: str, version: str, *, use_cache: bool = True) -> dict[str, np.ndarray]:
     """The rows of ``derive``, from the cache when present (same folder as the base grids)."""
     path = kd.cache_root() / f"v{kd.CACHE_FORMAT}" / f"{system}__{framework}__{version}__{CACHE_TAG}.npz"
-    if use_cache and path.is_file():
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                return {k: z[k] for k in z.files}
-        except (OSError, ValueError):
-            pass
-    arrays = derive(system, framework, version)
-    if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
-            np.savez(tmp, **arrays)
-            os.replace(tmp, path)
-        except OSError:
-            pass
-    return arrays
+    return kd.cached_arrays(path, lambda: derive(system, framework, version), use_cache)
 
 
 def _table2(rows: np.ndarray) -> Grid | None:
@@ -450,14 +434,7 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                 moe += self.gemm("shared_gate_up", tokens) + self.gemm("shared_down", tokens)
             gemm += s.moe_layers * moe
         gemm += self.gemm("lm_head", num_seqs)
-        other = L * (2 * self.elementwise("rmsnorm", tokens) + self.elementwise("silu_mul", tokens)
-                     + self.elementwise("rotary", tokens) + self.elementwise("kv_write", tokens))
-        other += self.elementwise("embedding", tokens) + self.elementwise("rmsnorm", num_seqs) + self.sampling(num_seqs)
-        comm = L * 2 * self.all_reduce(tokens * s.hidden)
-        comm += RooflineCostModel.collective(self, "all_gather", num_seqs * s.vocab * 4, self.tp)
-        if self.pp > 1:
-            comm += (self.pp - 1) * (tokens * s.hidden * 2 / self.hw.link_bw + self.p.allreduce_latency_s)
-        return gemm, other, comm
+        return (gemm, *self._other_and_comm(tokens, num_seqs))
 
     def describe(self) -> dict:
         d = super().describe()
