@@ -125,15 +125,7 @@ def _attn_grid(rows: np.ndarray, heads: int, kv_heads: int, head_dim: int, kv_fp
     if (h, kvh) != (heads, kv_heads):
         scale = (kv_heads / kvh) if (scale_by == "kv" and kvh != kv_heads) else heads / h
         note = f"shape ({heads} q, {kv_heads} kv heads) from measured ({int(h)}, {int(kvh)}) x {scale:.3g}"
-    b = np.unique(sel[:, 0])
-    s = np.unique(sel[:, 1])
-    t = np.full((len(b), len(s)), np.nan)
-    for row in sel:
-        i, j = np.searchsorted(b, row[0]), np.searchsorted(s, row[1])
-        t[i, j] = row[6] if np.isnan(t[i, j]) else min(t[i, j], row[6])
-    t = kd._fill_axis0(t, b)
-    if np.isnan(t).any():
-        t = kd._fill_axis0(t.T, s).T
+    b, s, t = kd.min_grid(sel[:, 0], sel[:, 1], sel[:, 6])
     return Grid([b, s], t * scale), note
 
 

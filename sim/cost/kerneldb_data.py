@@ -142,6 +142,19 @@ def cache_root() -> Path:
 
 # ---------------------------------------------------------------------------- deriving grids
 
+def min_grid(xs: np.ndarray, ys: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A 2-D table from rows (x, y, t): the sorted distinct x and y, and the minimum t of each
+    cell (the fastest kernel measured there), empty cells filled along x, then along y."""
+    b, s = np.unique(xs), np.unique(ys)
+    t = np.full((len(b), len(s)), np.inf)
+    np.minimum.at(t, (np.searchsorted(b, xs), np.searchsorted(s, ys)), ts)
+    t[np.isinf(t)] = np.nan
+    t = _fill_axis0(t, b)
+    if np.isnan(t).any():
+        t = _fill_axis0(t.T, s).T
+    return b, s, t
+
+
 def _fill_axis0(t: np.ndarray, xs: np.ndarray) -> np.ndarray:
     """Fill NaN cells along axis 0 from the nearest measured cell on that axis, scaled by
     x / x_near when x is larger (work grows linearly in tokens or batch) and kept otherwise."""

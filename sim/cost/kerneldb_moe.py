@@ -157,14 +157,7 @@ def _table2(rows: np.ndarray) -> Grid | None:
     cells filled along batch, then length."""
     if not len(rows):
         return None
-    b, s = np.unique(rows[:, 0]), np.unique(rows[:, 1])
-    t = np.full((len(b), len(s)), np.nan)
-    for r in rows:
-        i, j = np.searchsorted(b, r[0]), np.searchsorted(s, r[1])
-        t[i, j] = r[2] if np.isnan(t[i, j]) else min(t[i, j], r[2])
-    t = kd._fill_axis0(t, b)
-    if np.isnan(t).any():
-        t = kd._fill_axis0(t.T, s).T
+    b, s, t = kd.min_grid(rows[:, 0], rows[:, 1], rows[:, 2])
     if np.isnan(t).any() or len(b) < 2 or len(s) < 2:
         return None
     return Grid([b, s], t)
@@ -424,17 +417,7 @@ class KernelDbMoeCostModel(KernelDbCostModel):
     def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
         """The roofline's composition (attention GEMMs, dense first layers, routed + shared experts
         and router, LM head) with each operator priced above, the all-reduce from the database."""
-        s, L = self.shapes, self.model.num_layers
-        gemm = L * sum(self.gemm(op, tokens) for op in s.attn_gemms)
-        if s.dense_layers:
-            gemm += s.dense_layers * (self.gemm("gate_up", tokens) + self.gemm("down", tokens))
-        if s.moe_layers:
-            moe = self.moe(tokens) + self.gemm("router", tokens)
-            if s.shared_experts:
-                moe += self.gemm("shared_gate_up", tokens) + self.gemm("shared_down", tokens)
-            gemm += s.moe_layers * moe
-        gemm += self.gemm("lm_head", num_seqs)
-        return (gemm, *self._other_and_comm(tokens, num_seqs))
+        return (self._gemm_terms(tokens, num_seqs), *self._other_and_comm(tokens, num_seqs))
 
     def describe(self) -> dict:
         d = super().describe()

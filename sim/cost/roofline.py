@@ -282,8 +282,10 @@ class RooflineCostModel:
         self._dense_cache[key] = out
         return out
 
-    def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
-        """(gemm, other_gpu, comm) of ``_dense_part``, uncached."""
+    def _gemm_terms(self, tokens: int, num_seqs: int) -> float:
+        """All GEMMs of a step, each priced by ``gemm`` / ``moe``: attention projections in every
+        layer, dense MLPs of the dense layers, routed experts + router (+ shared experts) of the
+        MoE layers, the LM head on one position per sequence."""
         s, L = self.shapes, self.model.num_layers
         attn = 0.0
         for op in s.attn_gemms:
@@ -296,7 +298,12 @@ class RooflineCostModel:
             if s.shared_experts:
                 moe += self.gemm("shared_gate_up", tokens) + self.gemm("shared_down", tokens)
             gemm += s.moe_layers * moe
-        gemm += self.gemm("lm_head", num_seqs)
+        return gemm + self.gemm("lm_head", num_seqs)
+
+    def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
+        """(gemm, other_gpu, comm) of ``_dense_part``, uncached."""
+        s, L = self.shapes, self.model.num_layers
+        gemm = self._gemm_terms(tokens, num_seqs)
         other = L * (2 * self.elementwise("rmsnorm", tokens) + self.elementwise("silu_mul", tokens)
                      + self.elementwise("rotary", tokens) + self.elementwise("kv_write", tokens))
         other += self.elementwise("embedding", tokens) + self.elementwise("rmsnorm", num_seqs) + self.sampling(num_seqs)
