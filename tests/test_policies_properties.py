@@ -122,3 +122,18 @@ def test_step_invariants_on_hand_made_requests(sc):
         assert r.status.value in ("finished", "waiting")  # waiting only if rejected up front
         if r.status.value == "finished":
             assert r.num_generated == r.spec.output_tokens
+
+
+def test_trtllm_refuses_what_it_could_never_admit():
+    """Regression (hypothesis found it: a 9-token prompt under an 8-token budget never ran): TRT-LLM
+    without chunked prefill refuses a prompt over max_num_tokens, and GUARANTEED_NO_EVICT refuses a
+    sequence whose whole-sequence reservation exceeds the pool."""
+    from policy_kit import make, req
+
+    s = make("trtllm", 12, 4, max_num_batched_tokens=8)
+    assert s.reject_reason(req(0, 9, 1, arrival=0.0, max_out=1)).startswith("exceeds_token_budget")
+    assert s.reject_reason(req(1, 8, 1, arrival=0.0, max_out=1)) is None
+    big = make("trtllm", 12, 4, max_num_batched_tokens=64)
+    assert big.reject_reason(req(2, 8, 41, arrival=0.0, max_out=41)).startswith("exceeds_kv_capacity")
+    chunked = make("trtllm", 12, 4, max_num_batched_tokens=8, enable_chunked_prefill=True)
+    assert chunked.reject_reason(req(3, 9, 1, arrival=0.0, max_out=1)) is None

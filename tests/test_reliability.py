@@ -249,4 +249,4 @@ def test_prefix_caching_with_a_scheduler_that_ignores_hits_warns(name, warns, re
     if warns:
         assert msgs == [f"kv.prefix_caching is on but scheduler '{name}' never uses prefix-cache hits (blocks are "
                         "cached, no prefill is skipped); schedulers that use them: lookahead, orca, priority, "
-                        "sarathi, sjf, srpt, vllm_v1"]
+                        "sarathi, sjf, srpt, trtllm, vllm_v1"]

@@ -58,6 +58,18 @@ class TRTLLMScheduler(BudgetScheduler):
         cap = self.knobs.max_seq_len or self.max_context
         return max(total_tokens, full if cap is None else min(full, cap))
 
+    def reject_reason(self, req):
+        k, kv = self.knobs, self.kv
+        if not k.enable_chunked_prefill and req.spec.prompt_tokens > k.max_num_batched_tokens:
+            # TRT-LLM refuses such a request (the prompt must fit max_num_tokens without chunking)
+            return (f"exceeds_token_budget: prompt of {req.spec.prompt_tokens} tokens exceeds max_num_tokens "
+                    f"{k.max_num_batched_tokens} (whole-prompt prefill; set enable_chunked_prefill)")
+        reserve = kv.blocks_for(self.reserve(req, req.spec.prompt_tokens + 1))
+        if reserve > kv.num_blocks - kv.watermark_blocks:
+            return (f"exceeds_kv_capacity: {k.capacity_scheduler_policy} reserves {reserve} KV blocks for the whole "
+                    f"sequence; admission keeps {kv.watermark_blocks} of the replica's {kv.num_blocks} free")
+        return super().reject_reason(req)
+
     def chunk(self, r, want, budget):
         if self.knobs.enable_chunked_prefill or r.num_computed >= r.spec.prompt_tokens:
             return min(want, budget)
