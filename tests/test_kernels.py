@@ -196,7 +196,7 @@ def test_servesim_profile_without_torch_hints_install(monkeypatch, capsys):
 
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
     assert main(["profile", "--model", "llama-3.1-8b"]) == 2
-    assert "pip install 'servesim[torch]'" in capsys.readouterr().err
+    assert "pip install -e '.[torch]' in the servesim checkout" in capsys.readouterr().err
 
 
 def test_campaign_script_cpu_mode(tmp_path):

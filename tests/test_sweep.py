@@ -85,7 +85,7 @@ def test_process_pool_matches_inline(tmp_path):
 
 
 def test_ray_backend_matches_local(tmp_path):
-    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'servesim[ray]')")
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]' in the servesim checkout)")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         t_ray, c = run_sweep(spec([2, 8]), tmp_path / "ray", backend="ray", workers=2, progress=False)

@@ -34,7 +34,7 @@ def run_validate(args) -> int:
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise ServesimError("servesim validate needs PyTorch: pip install 'servesim[torch]'") from None
+        raise ServesimError("servesim validate needs PyTorch: pip install -e '.[torch]' in the servesim checkout") from None
     from calibration.validate import ValidateError, run
 
     try:

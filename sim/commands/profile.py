@@ -21,7 +21,7 @@ def run(args) -> int:
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise ServesimError("servesim profile needs PyTorch: pip install 'servesim[torch]'") from None
+        raise ServesimError("servesim profile needs PyTorch: pip install -e '.[torch]' in the servesim checkout") from None
     from kernels.profile import ProfileError, main_args
 
     try:

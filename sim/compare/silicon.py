@@ -47,7 +47,7 @@ run that checkpoint (gpt-oss: mxfp4 experts, bf16 elsewhere)."""
 def csv_path() -> Path:
     root = kd.package_root()
     if root is None:
-        raise kd.KernelDbUnavailable("the measured runs come with the kernel database: pip install 'servesim[kernels-db]'")
+        raise kd.KernelDbUnavailable("the measured runs come with the kernel database: pip install -e '.[kernels-db]' in the servesim checkout")
     return root / "systems" / "silicon_sample.csv"
 
 
