@@ -260,43 +260,47 @@ class KernelDbCostModel(RooflineCostModel):
         roof = lambda x: RooflineCostModel.moe(self, max(1, round(x[0])))  # noqa: E731
         return self._lookup(self._moe, roof, (float(tokens),))
 
-    def attn_prefill(self, chunks) -> float:
-        if not chunks:
-            return 0.0
-        key = tuple(chunks)
-        hit = self._attn_p.get(key)
+    def _memo(self, cache: dict, key, price) -> float:
+        """``price()`` once per ``key``; a hit counts the out-of-range queries the first pricing counted."""
+        hit = cache.get(key)
         if hit is None:
             oor0 = self._oor
-            sq = work = full = 0.0
-            for q, c in chunks:
-                L = q + c
-                sq += L * L
-                work += q * (c + (q + 1) / 2.0)
-                full += L * (L + 1) / 2.0
-            b = len(chunks)
-            L_eq = math.sqrt(sq / b)
-            roof = lambda x: RooflineCostModel.attn_prefill(  # noqa: E731
-                self, [(max(1, round(x[1])), 0)] * max(1, round(x[0])))
-            t = self._lookup(self._ctx, roof, (float(b), L_eq)) * (work / full)
-            hit = self._attn_p[key] = (t, self._oor - oor0)
+            t = price()
+            hit = cache[key] = (t, self._oor - oor0)
         else:
             self._oor += hit[1]
         return hit[0]
 
+    def _prefill_lookup(self, grid, chunks) -> tuple[float, float]:
+        """(table time at (batch, RMS length) scaled by the chunks' share of the causal work of
+        whole sequences, the keys the chunks attend)."""
+        sq = work = full = keys = 0.0
+        for q, c in chunks:
+            L = q + c
+            sq += L * L
+            work += q * (c + (q + 1) / 2.0)
+            full += L * (L + 1) / 2.0
+            keys += L
+        b = len(chunks)
+        roof = lambda x: RooflineCostModel.attn_prefill(  # noqa: E731
+            self, [(max(1, round(x[1])), 0)] * max(1, round(x[0])))
+        return self._lookup(grid, roof, (float(b), math.sqrt(sq / b))) * (work / full), keys
+
+    def _decode_lookup(self, grid, num_seqs: int, kv_tokens: int) -> float:
+        """The table at (batch, mean KV length)."""
+        roof = lambda x: RooflineCostModel.attn_decode(  # noqa: E731
+            self, max(1, round(x[0])), max(1, round(x[0])) * x[1])
+        return self._lookup(grid, roof, (float(num_seqs), kv_tokens / num_seqs))
+
+    def attn_prefill(self, chunks) -> float:
+        if not chunks:
+            return 0.0
+        return self._memo(self._attn_p, tuple(chunks), lambda: self._prefill_lookup(self._ctx, chunks)[0])
+
     def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
         if not num_seqs:
             return 0.0
-        key = (num_seqs, kv_tokens)
-        hit = self._attn_d.get(key)
-        if hit is None:
-            oor0 = self._oor
-            roof = lambda x: RooflineCostModel.attn_decode(  # noqa: E731
-                self, max(1, round(x[0])), max(1, round(x[0])) * x[1])
-            t = self._lookup(self._gen, roof, (float(num_seqs), kv_tokens / num_seqs))
-            hit = self._attn_d[key] = (t, self._oor - oor0)
-        else:
-            self._oor += hit[1]
-        return hit[0]
+        return self._memo(self._attn_d, (num_seqs, kv_tokens), lambda: self._decode_lookup(self._gen, num_seqs, kv_tokens))
 
     def all_reduce(self, elements: int) -> float:
         g = self._ar.get(self.tp)

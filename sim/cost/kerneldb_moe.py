@@ -348,28 +348,14 @@ class KernelDbMoeCostModel(KernelDbCostModel):
             return 0.0
         if self._mla_ctx is None:
             return RooflineCostModel.attn_prefill(self, chunks)
-        key = tuple(chunks)
-        hit = self._attn_p.get(key)
-        if hit is None:
-            oor0 = self._oor
-            sq = work = full = keys = 0.0
-            for q, c in chunks:
-                L = q + c
-                sq += L * L
-                work += q * (c + (q + 1) / 2.0)
-                full += L * (L + 1) / 2.0
-                keys += L
-            b = len(chunks)
-            roof = lambda x: RooflineCostModel.attn_prefill(  # noqa: E731
-                self, [(max(1, round(x[1])), 0)] * max(1, round(x[0])))
-            t = self._lookup(self._mla_ctx, roof, (float(b), math.sqrt(sq / b))) * (work / full)
-            if self._mla_kind == "kernel":
-                n, k = self.shapes.gemms["kv_b"]
-                t += self._gemm_mnk(int(keys), n, k, self.gemm_dtype)
-            hit = self._attn_p[key] = (t, self._oor - oor0)
-        else:
-            self._oor += hit[1]
-        return hit[0]
+        return self._memo(self._attn_p, tuple(chunks), lambda: self._mla_prefill(chunks))
+
+    def _mla_prefill(self, chunks) -> float:
+        t, keys = self._prefill_lookup(self._mla_ctx, chunks)
+        if self._mla_kind == "kernel":  # the kernel table leaves out the kv_b up-projection
+            n, k = self.shapes.gemms["kv_b"]
+            t += self._gemm_mnk(int(keys), n, k, self.gemm_dtype)
+        return t
 
     def attn_prefill_window(self, chunks) -> float:
         """One sliding-window layer: the windowed context table at (batch, RMS length), scaled by the
@@ -396,22 +382,16 @@ class KernelDbMoeCostModel(KernelDbCostModel):
             return 0.0
         if self._mla_gen is None:
             return RooflineCostModel.attn_decode(self, num_seqs, kv_tokens)
-        key = (num_seqs, kv_tokens)
-        hit = self._attn_d.get(key)
-        if hit is None:
-            oor0 = self._oor
-            roof = lambda x: RooflineCostModel.attn_decode(  # noqa: E731
-                self, max(1, round(x[0])), max(1, round(x[0])) * x[1])
-            t = self._lookup(self._mla_gen, roof, (float(num_seqs), kv_tokens / num_seqs))
-            for g in self._bmm.values():
-                if g is not None:
-                    c, out = g.clamp((float(num_seqs),))
-                    t += g(c) * (num_seqs / c[0] if out else 1.0)
-                    self._oor += out
-            hit = self._attn_d[key] = (t, self._oor - oor0)
-        else:
-            self._oor += hit[1]
-        return hit[0]
+        return self._memo(self._attn_d, (num_seqs, kv_tokens), lambda: self._mla_decode(num_seqs, kv_tokens))
+
+    def _mla_decode(self, num_seqs: int, kv_tokens: int) -> float:
+        t = self._decode_lookup(self._mla_gen, num_seqs, kv_tokens)
+        for g in self._bmm.values():  # the absorption BMMs (SGLang's kernel tables)
+            if g is not None:
+                c, out = g.clamp((float(num_seqs),))
+                t += g(c) * (num_seqs / c[0] if out else 1.0)
+                self._oor += out
+        return t
 
     # ------------------------------------------------------------------ composition
     def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
