@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import NamedTuple
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -285,18 +286,28 @@ def blend(values: np.ndarray, ids: np.ndarray, c: int, rounds: int, client: Clie
     return total / n
 
 
+class Task(NamedTuple):
+    """One replay: a csv row under one cost model, ``rounds`` waves of its concurrency; ``extra``
+    ``key=value`` overrides; ramp ``request`` staggers the clients' first requests over one
+    predicted request duration, ``none`` starts them all at t = 0 (as ``vllm bench serve
+    --max-concurrency N`` does); client: a name of ``CLIENTS`` or ``auto`` (the row's
+    provenance); think_s: the front end's round trip in seconds (added to TTFT; the mean
+    exponential gap before each next request)."""
+
+    row: dict
+    cost_model: str
+    rounds: int
+    extra: tuple = ()
+    ramp: str = "none"
+    client: str = "auto"
+    think_s: float = 0.0
+
+
 def replay(task: tuple) -> dict:
-    """One row under one cost model: {ttft_ms, tpot_ms} predicted, or {error}. ``task`` is
-    (row dict, cost model, rounds[, extra ``key=value`` overrides[, ramp[, client[, think_s]]]]);
-    ramp ``request`` staggers the clients' first requests over one predicted request duration,
-    ``none`` starts them all at t = 0 (as ``vllm bench serve --max-concurrency N`` does);
-    client: a name of ``CLIENTS`` or ``auto`` (the row's provenance); think_s: the front end's
-    round trip in seconds (added to TTFT; the mean exponential gap before each next request)."""
-    row, cost_model, rounds = task[:3]
-    extra = list(task[3]) if len(task) > 3 else []
-    ramp_kind = task[4] if len(task) > 4 else "none"
-    client = client_for(row, task[5] if len(task) > 5 else "auto")
-    think_s = float(task[6]) if len(task) > 6 else 0.0
+    """One ``Task`` (or the tuple of its fields): {ttft_ms, tpot_ms} predicted, or {error}."""
+    row, cost_model, rounds, extra, ramp_kind, client_name, think_s = Task(*task)
+    extra, think_s = list(extra), float(think_s)
+    client = client_for(row, client_name)
     from sim.api import simulate
     from sim.config import load_config
     from sim.errors import ServesimError
