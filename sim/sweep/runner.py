@@ -151,7 +151,7 @@ class RayBackend:
         except ImportError:
             from sim.errors import ServesimError
 
-            raise ServesimError('--backend ray needs Ray: pip install -e '.[ray]' in the servesim checkout') from None
+            raise ServesimError("--backend ray needs Ray: pip install -e '.[ray]' in the servesim checkout") from None
         self.ray = ray
         if not ray.is_initialized():
             if address:
