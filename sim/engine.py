@@ -255,10 +255,10 @@ class Engine:
         self.steps.add(rep.idx, start, st, len(shape.new_tokens), prefill, decode, len(plan.preempted),
                        rep.kv.num_used, len(rep.scheduler.waiting))
 
-    def _run(self, rep: Replica, plan, start: float):
-        """Decode fast-forward from a steady decode ``plan`` (a generator the loop yields from)."""
-        lifecycle.commit(plan, self.by_id, start)
-        reqs = [self.by_id[rid] for rid in plan.num_new_tokens]
+    def _run(self, rep: Replica, reqs: list[Request], start: float):
+        """Decode fast-forward of the running requests ``reqs`` (a steady decode plan's, which
+        committing would not change: ``fastforward.steady_decode``; a generator the loop yields
+        from)."""
         arrival = self.next_arrival_for(rep)
         if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
             arrival = min(arrival, self.faults.next_change(rep.idx, start))
@@ -384,8 +384,9 @@ class Engine:
                 rep.wake = None
                 continue
             idle_plans = 0
-            if self.fast_forward and steady_decode(sched, plan, self.by_id):
-                yield from self._run(rep, plan, env.now)
+            reqs = steady_decode(sched, plan, self.by_id) if self.fast_forward else None
+            if reqs is not None:
+                yield from self._run(rep, reqs, env.now)
             else:
                 yield from self._step(rep, plan, env.now)
 

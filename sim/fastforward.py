@@ -10,12 +10,14 @@ a time (tests/test_fast_forward.py).
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
 from sim.kv.blocks import KVManager
-from sim.request import Request
+from sim.request import Request, Status
 from sim.types import COMPONENTS
 
 
@@ -26,9 +28,35 @@ class DecodeRun:
     reqs: list
     times: list  # steps + 1 entries: each step's start, then the last step's end
     columns: dict | None  # "total" and each component, one value per step (None: not asked for)
-    used: list  # KV blocks in use after each step's allocations
+    start_used: int  # KV blocks in use before the run's first allocation
+    changes: list  # (step, blocks in use from that step on), in step order
     source: str
     steps: int
+
+    @property
+    def used(self) -> list[int]:
+        """KV blocks in use after each step's allocations, one value per step."""
+        out, k0, u0 = [], 0, self.start_used
+        for k, u in self.changes:
+            if k >= self.steps:
+                break
+            out += [u0] * (k - k0)
+            k0, u0 = k, u
+        out += [u0] * (self.steps - k0)
+        return out
+
+    def peak_used(self, used_end: int) -> int:
+        """``max(used)`` with the last step's value replaced by ``used_end`` (what the pool held
+        when the last step ended), without building ``used``."""
+        peak = used_end
+        if self.steps > 1:
+            peak = max(peak, self.start_used)
+            for k, v in self.changes:
+                if k > self.steps - 2:
+                    break
+                if v > peak:
+                    peak = v
+        return peak
 
 
 MAX_GUESS = 4096
@@ -37,17 +65,23 @@ many steps as would fit before the arrival at that step's price (steps only get 
 one go usually reaches it), at most this many; later goes grow fourfold."""
 
 
-def steady_decode(sched, plan, by_id: dict) -> bool:
-    """True when ``plan`` gives every running request exactly its next decode token, nothing
-    else happens in it, and the policy vouches that it would plan the same again."""
+def steady_decode(sched, plan, by_id: dict) -> list[Request] | None:
+    """The requests of ``plan`` in plan order when it gives every running request exactly its
+    next decode token, nothing else happens in it, every one of them is already running (so
+    committing the plan changes nothing) and the policy vouches that it would plan the same
+    again; else None."""
     if (plan.preempted or plan.aborted or plan.swapped_in or plan.blocks_swapped_out or plan.cached_tokens
             or len(plan.num_new_tokens) != len(sched.running) or not sched.steady()):
-        return False
+        return None
+    reqs = []
+    running = Status.RUNNING
     for rid, n in plan.num_new_tokens.items():
         r = by_id[rid]
-        if n != 1 or not r.num_generated or r.num_generated >= r.output_tokens:
-            return False
-    return True
+        g = r.num_generated
+        if n != 1 or not g or g >= r.output_tokens or r.status is not running:
+            return None
+        reqs.append(r)
+    return reqs
 
 
 def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: float,
@@ -58,10 +92,23 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     at the ends. Blocks are allocated as the steps need them; request state is left to
     ``lifecycle.complete_run``. ``columns``: also return each step's time breakdown."""
     n = len(reqs)
-    horizon = min(r.output_tokens - r.num_generated for r in reqs)
-    kv_tokens = sum(r.num_computed for r in reqs) + n
-    longest = max(r.num_computed for r in reqs) + 1
-    grower = BlockGrower(kv, reqs)
+    # one pass over the batch: the steps until the first finish, the KV tokens, the longest
+    # context, and the step at which each request needs its next block (its table overflows)
+    bs, tables = kv.block_size, kv.tables
+    horizon = kv_tokens = longest = 0
+    due = []
+    for r in reqs:
+        c = r.num_computed
+        h = r.output_tokens - r.num_generated
+        if h < horizon or not due:
+            horizon = h
+        kv_tokens += c
+        if c > longest:
+            longest = c
+        due.append(len(tables[r.id]) * bs - c)
+    kv_tokens += n
+    longest += 1
+    grower = BlockGrower(kv, reqs, due)
     times = _clock(cost, n, kv_tokens, longest, horizon, start, arrival)
     if times is None:  # no side-effect-free series: step by step (table lookups count each query)
         if not columns and hasattr(cost, "decode_total"):
@@ -73,7 +120,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     if columns:
         series = cost.decode_series(n, kv_tokens, longest, k_end)
         cols = {c: series[c].tolist() for c in ("total", *COMPONENTS)}
-    return DecodeRun(reqs, times, cols, grower.used(k_end), cost.source, k_end)
+    return grower.run(times, cols, cost.source, k_end)
 
 
 def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: float, arrival: float) -> list | None:
@@ -88,14 +135,16 @@ def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: floa
         if tot is None:
             return None
         if isinstance(tot, list):
-            for x in tot:
-                if done and t >= arrival:
-                    return times
-                t += x
-                times.append(t)
-                done += 1
+            cum = list(accumulate(tot, initial=t))  # cum[i]: the start of step done + i (sequential sums)
+            # the first step after the run's first that would start at or after the arrival ends the run
+            cut = bisect_left(cum, arrival, 0 if done else 1, m)
+            times += cum[1: cut + 1]
+            if cut < m:
+                return times
+            t, done = cum[m], done + m
             if done == 1 and m == 1 and t < arrival < float("inf"):
                 # the first step's price sizes the next go: the steps until the arrival
+                x = tot[0]
                 m = min(MAX_GUESS, int((arrival - t) / x) + 2) if x > 0 else MAX_GUESS
                 continue
         else:
@@ -127,7 +176,7 @@ def _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arr
     k_end = len(sts)
     rows = [(x.total, x.gemm, x.attn_prefill, x.attn_decode, x.comm, x.other_gpu, x.cpu, x.swap) for x in sts]
     cols = dict(zip(("total", *COMPONENTS), map(list, zip(*rows))))
-    return DecodeRun(reqs, times, cols, grower.used(k_end), sts[0].source, k_end)
+    return grower.run(times, cols, sts[0].source, k_end)
 
 
 def _totals_step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival) -> DecodeRun:
@@ -140,19 +189,16 @@ def _totals_step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, sta
         times.append(t)
         t += price(n, kv_tokens + k * n, longest + k)
     times.append(t)
-    k_end = len(times) - 1
-    return DecodeRun(reqs, times, None, grower.used(k_end), cost.source, k_end)
+    return grower.run(times, None, cost.source, len(times) - 1)
 
 
 class BlockGrower:
     """Allocates the blocks a steady decode batch needs, step by step in running order (as the
     scheduler would), and remembers how many blocks were in use after each step's allocations."""
 
-    def __init__(self, kv: KVManager, reqs: list[Request]):
+    def __init__(self, kv: KVManager, reqs: list[Request], due: list[int]):
         self.kv, self.reqs = kv, reqs
-        bs, tables = kv.block_size, kv.tables
-        # the step at which request i needs its next block: the step whose token overflows its table
-        self.due = [len(tables[r.id]) * bs - r.num_computed for r in reqs]
+        self.due = due  # the step at which request i needs its next block: the step whose token overflows its table
         self.start_used = kv.num_used
         self.changes: list[tuple[int, int]] = []
 
@@ -197,14 +243,12 @@ class BlockGrower:
             j = e
         return k_end
 
-    def used(self, steps: int) -> list[int]:
-        out = [self.start_used] * steps
-        for k, u in self.changes:
-            out[k:] = [u] * (steps - k)
-        return out
+    def run(self, times: list, columns: dict | None, source: str, steps: int) -> DecodeRun:
+        """The run of ``steps`` steps at ``times``, with the blocks this grower allocated."""
+        return DecodeRun(self.reqs, times, columns, self.start_used, self.changes, source, steps)
 
 
 def run_prefix(run: DecodeRun, k: int) -> DecodeRun:
     """The first ``k`` steps of ``run`` (the steps a crash let finish)."""
     cols = None if run.columns is None else {c: v[:k] for c, v in run.columns.items()}
-    return DecodeRun(run.reqs, run.times[: k + 1], cols, run.used[:k], run.source, k)
+    return DecodeRun(run.reqs, run.times[: k + 1], cols, run.start_used, run.changes, run.source, k)

@@ -155,13 +155,13 @@ class StepLog:
         """Rows of a decode run: identical to what ``add`` would log step by step (the last
         row sees the arrivals and finishes of the run's last step)."""
         k, n = run.steps, len(run.reqs)
-        used = run.used
-        used[-1] = used_end
         self.count += k
-        self.peak_kv_blocks = max(self.peak_kv_blocks, max(used))
+        self.peak_kv_blocks = max(self.peak_kv_blocks, run.peak_used(used_end))
         self.sources[run.source] += k
         if not self.keep_rows:
             return
+        used = run.used
+        used[-1] = used_end
         self.replica.extend([replica] * k)
         self.start_s.extend(run.times[:k])
         self.duration_s.extend(run.columns["total"])
