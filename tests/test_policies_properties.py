@@ -137,3 +137,24 @@ def test_trtllm_refuses_what_it_could_never_admit():
     assert big.reject_reason(req(2, 8, 41, arrival=0.0, max_out=41)).startswith("exceeds_kv_capacity")
     chunked = make("trtllm", 12, 4, max_num_batched_tokens=8, enable_chunked_prefill=True)
     assert chunked.reject_reason(req(3, 9, 1, arrival=0.0, max_out=1)) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from([n for n in POLICIES if hasattr(REGISTRY[n], "chunk")]),
+       budget=st.integers(1, 10_000), prompt=st.integers(1, 64), generated=st.integers(0, 64),
+       cap=st.one_of(st.none(), st.integers(1, 64)))
+def test_chunk_keeps_single_tokens_holds(name, budget, prompt, generated, cap):
+    """``schedule_running`` skips ``chunk`` for a decode token when the policy says
+    ``chunk(r, 1, budget)`` is always 1 (``chunk_keeps_single_tokens``): every policy that says
+    so must keep it, whatever the request's progress, budget or knobs."""
+    from policy_kit import make, req
+
+    knobs = {"long_prefill_token_threshold": cap} if cap is not None and "long_prefill_token_threshold" in \
+        REGISTRY[name].Knobs.model_fields else {}
+    s = make(name, 64, 4, **knobs)
+    if not getattr(s, "chunk_keeps_single_tokens", False):
+        return
+    r = req(0, prompt, generated + 2)
+    r.num_generated = generated
+    r.num_computed = prompt + generated - 1  # one token to compute: a decode (or the prompt's last)
+    assert s.chunk(r, 1, budget) == 1

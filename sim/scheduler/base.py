@@ -251,6 +251,11 @@ class BudgetScheduler(Scheduler):
         """Chunked prefill: as many of the ``want`` tokens as the budget allows (0: none)."""
         return min(want, budget)
 
+    chunk_keeps_single_tokens: ClassVar[bool] = True
+    """True when ``chunk(r, 1, budget)`` is 1 for every budget of at least 1 (a decode token is
+    never split or refused), so ``schedule_running`` skips the call for decodes. A policy whose
+    ``chunk`` may refuse a single token sets it False."""
+
     def admissible(self, r: Request, now: float) -> bool:
         return True
 
@@ -304,13 +309,15 @@ class BudgetScheduler(Scheduler):
 
         kv, out, preempted = self.kv, plan.num_new_tokens, plan.preempted
         tables, bs, covered_is_noop, chunk = kv.tables, kv.block_size, kv.covered_is_noop, self.chunk
+        single = self.chunk_keeps_single_tokens
         for r in self.running_order():
             if budget <= 0:
                 break
             if preempted and r.id in preempted:
                 continue
             computed = r.num_computed
-            n = chunk(r, r.prompt_tokens + r.num_generated - computed, budget)  # r.remaining, inlined
+            want = r.prompt_tokens + r.num_generated - computed  # r.remaining, inlined
+            n = 1 if want == 1 and single else chunk(r, want, budget)
             if n > 0:
                 total = computed + n
                 table = tables.get(r.id)
