@@ -152,6 +152,9 @@ class Engine:
         self.faults = FaultSchedule(cfg.faults.events)
         self.dynamics = PoolDynamics(self)
         self.dynamic = bool(self.faults.crashes) or cfg.cluster.autoscale.enabled  # the pool changes
+        # a decode run that ends at a finish may go on without planning (``_run``) when nothing
+        # else moves requests onto a replica between plans (no crashes, autoscaling or clients)
+        self.continue_runs = self.fast_forward and not self.dynamic and cfg.workload.closed_loop is None
         self.end_s: float | None = None  # when the last open request ended (dynamic runs)
 
     def _new_replica(self, i: int, lives: int = 0) -> Replica:
@@ -258,18 +261,32 @@ class Engine:
     def _run(self, rep: Replica, reqs: list[Request], start: float):
         """Decode fast-forward of the running requests ``reqs`` (a steady decode plan's, which
         committing would not change: ``fastforward.steady_decode``; a generator the loop yields
-        from)."""
-        arrival = self.next_arrival_for(rep)
-        if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
-            arrival = min(arrival, self.faults.next_change(rep.idx, start))
-        run = decode_run(reqs, rep.kv, self._cost(rep, start), start, arrival, self.steps.keep_rows)
-        waiting = len(rep.scheduler.waiting)  # arrivals can land only in the run's last step
-        rep.run = (run, waiting)
-        yield _At(self.env, run.times[-1])
-        rep.run = None
-        for r in lifecycle.complete_run(reqs, run.times, run.steps, self.itl):
-            self._leave(rep, r)
-        self.steps.add_run(rep.idx, run, waiting, len(rep.scheduler.waiting), rep.kv.num_used)
+        from). A run that ends at a finish is followed at once by the next one when the policy
+        vouches that planning again would give exactly the rest of the batch one token each
+        (``Scheduler.steady_through_finishes``, nothing waiting, a fixed pool); a run whose
+        first step's blocks the pool cannot give hands back to the loop, which plans."""
+        sched = rep.scheduler
+        while True:
+            arrival = self.next_arrival_for(rep)
+            if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
+                arrival = min(arrival, self.faults.next_change(rep.idx, start))
+            run = decode_run(reqs, rep.kv, self._cost(rep, start), start, arrival, self.steps.keep_rows)
+            if not run.steps:  # (a continued run only) its first step needs blocks: plan, maybe preempting
+                return
+            waiting = len(sched.waiting)  # arrivals can land only in the run's last step
+            rep.run = (run, waiting)
+            yield _At(self.env, run.times[-1])
+            rep.run = None
+            finished = lifecycle.complete_run(reqs, run.times, run.steps, self.itl)
+            for r in finished:
+                self._leave(rep, r)
+            self.steps.add_run(rep.idx, run, waiting, len(sched.waiting), rep.kv.num_used)
+            if not (finished and self.continue_runs and sched.steady_through_finishes and not sched.waiting):
+                return
+            reqs = [r for r in reqs if r.finish_s is None]
+            if not reqs:
+                return
+            start = self.env.now
 
     def _leave(self, rep: Replica, r: Request) -> None:
         """``r`` produced its last token: it leaves its scheduler (blocks freed)."""

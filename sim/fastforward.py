@@ -111,6 +111,8 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     grower = BlockGrower(kv, reqs, due)
     times = _clock(cost, n, kv_tokens, longest, horizon, start, arrival)
     if times is None:  # no side-effect-free series: step by step (table lookups count each query)
+        if due and min(due) <= 0 and grower.grow_until(1) == 0:  # the first step's blocks are not there
+            return grower.run([start], None, cost.source, 0)
         if not columns and hasattr(cost, "decode_total"):
             return _totals_step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival)
         return _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival)

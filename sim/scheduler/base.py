@@ -134,6 +134,11 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan:
         raise NotImplementedError
 
+    steady_through_finishes: ClassVar[bool] = False
+    """True when, right after a steady plan (``steady``) with nothing waiting, a request
+    finishing changes the next plan only by dropping it: the rest get one decode token each in
+    the same order, with no other effect (the engine then plans no step between such runs)."""
+
     def steady(self) -> bool:
         """Vouch that, right after a plan giving every running request one decode token, the
         next ``schedule`` calls would give the same plan again (same requests, same order, no
@@ -236,6 +241,9 @@ class BudgetScheduler(Scheduler):
     """
 
     queue_key = None  # a static ordering of the waiting queue; None keeps arrival order
+    # schedule_running gives each running request its next token in running_order; with nothing
+    # waiting no admission follows (a running_order override must keep the others' order)
+    steady_through_finishes = True
     uses_prefix_hits = True  # ``schedule_waiting`` skips the cached blocks of a fresh request
 
     def budget(self) -> int:
