@@ -128,8 +128,9 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
 
 def stream_note(cfg: Config) -> str:
     return (f"requests streamed to requests.parquet in chunks of {cfg.output.stream_chunk_rows:,} rows (rows in the "
-            "order requests left, by arrival within a chunk); TTFT, TPOT, E2E and queueing quantiles exact (read back "
-            "from the file); ITL quantiles from a log-bucket sketch, within 0.05% relative error; no figures")
+            "order requests left, by arrival within a chunk); the summary reads the file back in batches, one latency "
+            "column at a time: every figure as without streaming except the ITL quantiles, from a log-bucket sketch "
+            "within 0.05% relative error; no figures")
 
 
 def write_results(res: Results, out: Path, *, plots: bool = True) -> None:

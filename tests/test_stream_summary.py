@@ -66,6 +66,14 @@ def test_streamed_summary_equals_the_in_memory_one(cfg, tmp_path):
         np.testing.assert_array_equal(src.finished(col), ref.finished(col))
 
 
+def test_one_chunk_in_admission_order(tmp_path):
+    """One chunk holds every row, in admission order: the columns are read straight through."""
+    whole = simulate(REJECTS)
+    stream = streamed(REJECTS, tmp_path, 10_000)
+    assert not file_out_of_admission_order(tmp_path / "requests.parquet")
+    assert_same_summary(whole.summary, stream.summary)
+
+
 def test_the_cases_cover_what_they_are_named_for(tmp_path):
     """Guard the fixtures: each config really produces the figures its comparison is about."""
     s = {name: simulate(cfg).summary for name, cfg in (("classes", CLASSES), ("rejects", REJECTS), ("prefix", PREFIX))}

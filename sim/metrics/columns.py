@@ -5,8 +5,9 @@ The summary needs two things of the table: batches of rows, which it folds into 
 sums and a minimum (exact whatever the batches); and, for each latency quantile, one float column
 of the finished requests, in admission order. The in-memory table gives both directly. The file
 gives batches of rows read one at a time, and each column is gathered alone (8 bytes a finished
-request) and put back in admission order, so ``dist`` sees the very values, in the very order, it
-sees on the in-memory table: the same quantiles and the same mean to the last bit.
+request, plus 8 for the sorted ids that put the rows back in admission order), so ``dist`` sees
+the very values, in the very order, it sees on the in-memory table: the same quantiles and the
+same mean to the last bit.
 
 Admission order is ``request_id`` order: every workload numbers its requests 0, 1, 2, ... in the
 order they arrive, and the engine admits them in that order.
@@ -32,9 +33,10 @@ class RequestColumns:
         """``column`` (float) of the finished requests, in admission order."""
         raise NotImplementedError
 
-    def finished_by(self, column: str, by: str) -> dict:
-        """``column`` (float) of the finished requests per value of ``by`` (nulls left out), in an
-        unspecified order within each value (for order-free figures: quantiles)."""
+    def finished_by(self, column: str, by: str) -> Iterator[tuple[object, np.ndarray]]:
+        """``column`` (float) of the finished requests for each value of ``by`` (nulls left out),
+        one value at a time, in an unspecified order within each (for order-free figures:
+        quantiles)."""
         raise NotImplementedError
 
 
@@ -53,7 +55,8 @@ class FrameColumns(RequestColumns):
 
     def finished_by(self, column, by):
         keys = self.done[by]
-        return {k: self.done[column][(keys == k).to_numpy()].to_numpy(float) for k in keys.dropna().unique()}
+        for k in keys.dropna().unique():
+            yield k, self.done[column][(keys == k).to_numpy()].to_numpy(float)
 
 
 class ParquetColumns(RequestColumns):
@@ -63,14 +66,15 @@ class ParquetColumns(RequestColumns):
 
     def __init__(self, path, batch_rows: int = 1 << 18):
         self.path, self.batch_rows = path, batch_rows
-        self._rank = self._unsorted = None
-        self._count = 0
+        self._ids = None  # the finished requests' ids, sorted; None: not read yet
+        self._in_order = False  # the file lists the finished requests in admission order already
 
     def batches(self, columns):
         import pyarrow.parquet as pq
 
         strings = [c for c in ("status", "slo_class", "tenant", "session_id", "reject_reason") if c in columns]
-        with pq.ParquetFile(self.path, read_dictionary=strings) as f:
+        # pre_buffer off: on, pyarrow keeps every column chunk it read until the file is closed
+        with pq.ParquetFile(self.path, read_dictionary=strings, pre_buffer=False) as f:
             for b in f.iter_batches(batch_size=self.batch_rows, columns=list(columns)):
                 yield b.to_pandas()
 
@@ -79,30 +83,33 @@ class ParquetColumns(RequestColumns):
             done = (b["status"] == FINISHED).to_numpy()
             yield b[columns][done]
 
-    def _ranks(self) -> np.ndarray | None:
-        """Each finished row's place in admission order (None: the file is in that order already)."""
-        if self._unsorted is None:
-            ids = np.concatenate([np.zeros(0, np.int64)] +
-                                 [d["request_id"].to_numpy(np.int64) for d in self._finished_rows(["request_id"])])
-            self._unsorted = bool(np.any(ids[1:] < ids[:-1]))
-            if self._unsorted:
-                order = np.argsort(ids, kind="stable")
-                del ids
-                self._rank = np.empty(order.size, np.int32 if order.size < 2**31 else np.int64)
-                self._rank[order] = np.arange(order.size, dtype=self._rank.dtype)
-            else:
-                self._count = ids.size
-        return self._rank if self._unsorted else None
+    def _sorted_ids(self) -> np.ndarray:
+        """The finished requests' ids in admission order (8 bytes a request): a row's place in
+        that order is where its id falls in them."""
+        if self._ids is None:
+            import pyarrow.parquet as pq
+
+            ids = np.empty(pq.ParquetFile(self.path).metadata.num_rows, np.int64)
+            n = 0
+            for d in self._finished_rows(["request_id"]):
+                ids[n:n + len(d)] = d["request_id"].to_numpy(np.int64)
+                n += len(d)
+            self._ids = ids[:n]
+            self._in_order = not np.any(self._ids[1:] < self._ids[:-1])
+            self._ids.sort()  # in place
+        return self._ids
 
     def finished(self, column):
-        rank = self._ranks()
-        out = np.empty(self._count if rank is None else rank.size)
-        pos = 0
-        for d in self._finished_rows([column]):
-            v = d[column].to_numpy(float)
-            where = slice(pos, pos + v.size) if rank is None else rank[pos:pos + v.size]
-            out[where] = v
-            pos += v.size
+        ids = self._sorted_ids()
+        out = np.empty(ids.size)
+        if self._in_order:
+            n = 0
+            for d in self._finished_rows([column]):
+                out[n:n + len(d)] = d[column].to_numpy(float)
+                n += len(d)
+            return out
+        for d in self._finished_rows(["request_id", column]):
+            out[np.searchsorted(ids, d["request_id"].to_numpy(np.int64))] = d[column].to_numpy(float)
         return out
 
     def finished_by(self, column, by):
@@ -111,4 +118,5 @@ class ParquetColumns(RequestColumns):
             keys, v = d[by], d[column].to_numpy(float)
             for k in keys.dropna().unique():
                 parts.setdefault(k, []).append(v[(keys == k).to_numpy()])
-        return {k: np.concatenate(p) for k, p in parts.items()}
+        for k in list(parts):  # one value's column at a time
+            yield k, np.concatenate(parts.pop(k))
