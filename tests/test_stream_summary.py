@@ -32,6 +32,9 @@ PREFIX = tiny_config(cluster={"replicas": 2}, output=QUIET, kv={"prefix_caching"
                                "prompt": {"kind": "uniform", "min": 8, "max": 200},
                                "output": {"kind": "uniform", "min": 1, "max": 60}})
 
+LOST = tiny_config(cluster={"replicas": 2}, workload=uniform_workload(30.0, 300, 300, 80), output=QUIET,
+                   faults={"on_crash": "lose", "events": [{"kind": "crash", "at_s": 2.0, "replica": 0, "duration_s": 1.0}]})
+
 
 def streamed(cfg: dict, out, chunk_rows: int):
     return simulate({**cfg, "output": {**cfg["output"], "stream": True, "stream_chunk_rows": chunk_rows}}, out=out)
@@ -54,7 +57,7 @@ def file_out_of_admission_order(path) -> bool:
     return bool((ids[1:] < ids[:-1]).any())
 
 
-@pytest.mark.parametrize("cfg", [PLAIN, CLASSES, REJECTS, PREFIX], ids=["plain", "classes", "rejects", "prefix"])
+@pytest.mark.parametrize("cfg", [PLAIN, CLASSES, REJECTS, PREFIX, LOST], ids=["plain", "classes", "rejects", "prefix", "lost"])
 def test_streamed_summary_equals_the_in_memory_one(cfg, tmp_path):
     whole = simulate(cfg)
     stream = streamed(cfg, tmp_path, 37)
@@ -76,7 +79,9 @@ def test_one_chunk_in_admission_order(tmp_path):
 
 def test_the_cases_cover_what_they_are_named_for(tmp_path):
     """Guard the fixtures: each config really produces the figures its comparison is about."""
-    s = {name: simulate(cfg).summary for name, cfg in (("classes", CLASSES), ("rejects", REJECTS), ("prefix", PREFIX))}
+    s = {name: simulate(cfg).summary for name, cfg in (("classes", CLASSES), ("rejects", REJECTS), ("prefix", PREFIX),
+                                                        ("lost", LOST))}
+    assert s["lost"]["requests"]["lost"] > 0 and s["lost"]["requests"]["lost_reasons"]
     assert set(s["classes"]["goodput"]["by_class"]) == {"tight", "loose"}
     assert set(s["classes"]["goodput"]["by_tenant"]) == {"chat", "batch"}
     assert 0 < s["classes"]["goodput"]["by_class"]["tight"]["slo_attainment"] < 1
