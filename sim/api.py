@@ -14,7 +14,8 @@ import yaml
 
 from sim.config import Config, load_config
 from sim.errors import ConfigError, ServesimWarning
-from sim.metrics.records import read_streamed, requests_frame, steps_frame
+from sim.metrics.columns import ParquetColumns
+from sim.metrics.records import requests_frame, steps_frame
 from sim.metrics.summary import clean_json, summarize
 
 
@@ -23,12 +24,32 @@ class Results:
     """What one simulation returns: the summary as a dict, requests and steps as DataFrames."""
 
     summary: dict
-    requests: pd.DataFrame
+    _requests: pd.DataFrame | None
     steps: pd.DataFrame
     config: Config
     itl: object = None
     """The ITL log (distinct gaps with their token counts); None for a streamed run."""
     out_dir: Path | None = None
+    requests_path: Path | None = None
+    """A streamed run's ``requests.parquet`` (``output.stream``), where its request rows are."""
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """One row per arrived request, in arrival (admission) order.
+
+        A streamed run (``output.stream``) does not hold its rows: each access reads all of
+        ``requests_path`` into a new DataFrame, sorted into arrival order, and keeps nothing, so
+        memory is used only while the caller holds the frame (bind it once: ``req = res.requests``).
+        For millions of requests that frame takes gigabytes (about 200 bytes a row); read only the
+        columns you need with ``pandas.read_parquet(res.requests_path, columns=[...])``, or by
+        row group with pyarrow."""
+        if self._requests is None and self.requests_path is not None:
+            return pd.read_parquet(self.requests_path).sort_values("request_id", kind="stable", ignore_index=True)
+        return self._requests
+
+    @requests.setter
+    def requests(self, frame: pd.DataFrame) -> None:
+        self._requests = frame
 
     @property
     def itl_s(self) -> np.ndarray | None:
@@ -87,7 +108,8 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
             bar.close()
     for w in sim_out.warnings:  # each once per run
         warnings.warn(w, ServesimWarning, stacklevel=2)
-    req = read_streamed(stream_to) if stream_to else requests_frame(sim_out)
+    # a streamed run's summary reads requests.parquet a batch (and one latency column) at a time
+    req = ParquetColumns(stream_to) if stream_to else requests_frame(sim_out)
     steps = steps_frame(sim_out)
     wall = time.perf_counter() - t0
     summary = summarize(sim_out, req, steps, wall)
@@ -97,7 +119,8 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
         summary["sim"]["workers"] = (f"{sim_out.workers} processes, replica i in process i % {sim_out.workers} "
                                      "(replicas share no state: results identical to one process)")
     summary = clean_json(summary)
-    res = Results(summary, req, steps, cfg, None if stream_to else sim_out.itl)
+    res = Results(summary, None if stream_to else req, steps, cfg, None if stream_to else sim_out.itl,
+                  requests_path=stream_to)
     if out is not None:
         write_results(res, Path(out), plots=cfg.output.plots if plots is None else plots)
     return res
@@ -105,8 +128,9 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
 
 def stream_note(cfg: Config) -> str:
     return (f"requests streamed to requests.parquet in chunks of {cfg.output.stream_chunk_rows:,} rows (rows in the "
-            "order requests left, by arrival within a chunk); TTFT, TPOT, E2E and queueing quantiles exact (read back "
-            "from the file); ITL quantiles from a log-bucket sketch, within 0.05% relative error; no figures")
+            "order requests left, by arrival within a chunk); the summary reads the file back in batches, one latency "
+            "column at a time: every figure as without streaming except the ITL quantiles, from a log-bucket sketch "
+            "within 0.05% relative error; no figures")
 
 
 def write_results(res: Results, out: Path, *, plots: bool = True) -> None:

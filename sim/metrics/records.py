@@ -55,7 +55,8 @@ def frame_of(c: dict) -> pd.DataFrame:
     }, columns=REQUEST_COLUMNS)
 
 
-def _schema():
+def request_schema():
+    """The Arrow schema of ``requests.parquet`` (the columns of ``frame_of``, typed)."""
     import pyarrow as pa
 
     types = {"request_id": pa.int64(), "replica": pa.int32(), "preemptions": pa.int32(), "priority": pa.int32()}
@@ -71,7 +72,7 @@ class ParquetSink:
 
     def __init__(self, path):
         self.path, self.writer, self.rows = path, None, 0
-        self.schema = _schema()
+        self.schema = request_schema()
 
     def __call__(self, columns: dict) -> None:
         import pyarrow as pa
@@ -89,19 +90,6 @@ class ParquetSink:
 
             self.writer = pq.ParquetWriter(self.path, self.schema)
         self.writer.close()
-
-
-SUMMARY_COLUMNS = ["status", "arrival_s", "prompt_tokens", "generated_tokens", "ttft_s", "tpot_s", "e2e_s",
-                   "queue_s", "preemptions", "cached_tokens", "slo_class", "tenant", "reject_reason"]
-
-
-def read_streamed(path) -> pd.DataFrame:
-    """The columns the summary reads, back from a streamed ``requests.parquet`` (strings as
-    categoricals, so ten million rows take about 60 bytes each)."""
-    import pyarrow.parquet as pq
-
-    strings = ["status", "slo_class", "tenant", "reject_reason"]
-    return pq.read_table(path, columns=SUMMARY_COLUMNS, read_dictionary=strings).to_pandas()
 
 
 def steps_frame(out) -> pd.DataFrame:

@@ -3,8 +3,8 @@
 long run holds objects only for the requests in flight (DESIGN.md section 8).
 
 With ``output.stream`` the rows also leave memory: every ``chunk_rows`` rows go to a Parquet
-file in chunks (``requests.parquet`` of the results folder) and the summary reads its latency
-columns back from there (exact quantiles; see ``sim.metrics.summary``).
+file in chunks (``requests.parquet`` of the results folder) and the summary reads them back
+from there a batch at a time (exact quantiles, in bounded memory; see ``sim.metrics.columns``).
 """
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from sim.catalog import get_hardware
+from sim.metrics.columns import FrameColumns, RequestColumns
 
 PCTS = (50, 90, 99)
 
@@ -31,7 +32,10 @@ PCTS = (50, 90, 99)
 def dist(values) -> dict:
     """mean, p50, p90, p99 (and max) of finite values; nulls when there are none."""
     v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
+    finite = np.isfinite(v)
+    if not finite.all():  # (no copy when all are: ten million latencies are 80 MB)
+        v = v[finite]
+    del finite
     if v.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
     p = np.percentile(v, PCTS)
@@ -82,20 +86,79 @@ def slo_met(req: pd.DataFrame, slo) -> np.ndarray:
     return done & (ttft <= ttft_lim) & (tpot <= tpot_lim)
 
 
-def by_group(req: pd.DataFrame, met: np.ndarray, column: str, makespan: float) -> dict:
+GROUPS = ("slo_class", "tenant")
+TALLY_COLUMNS = ["status", "arrival_s", "prompt_tokens", "generated_tokens", "ttft_s", "tpot_s", "preemptions",
+                 "cached_tokens", "slo_class", "tenant", "reject_reason"]
+
+
+def _reasons(into: dict, reasons: pd.Series) -> None:
+    """Count ``reasons`` by their code (the text before ':'; "unknown" when there is none)."""
+    for r, n in reasons.value_counts(dropna=False).items():
+        if n:
+            key = r.split(":")[0] if isinstance(r, str) and r else "unknown"
+            into[key] = into.get(key, 0) + int(n)
+
+
+class Tally:
+    """The counts and sums of the requests table, folded batch by batch: every figure is an
+    integer count or sum, or a minimum, so neither the batches' size nor their order changes it."""
+
+    def __init__(self, slo):
+        self.slo = slo
+        self.arrived = self.completed = self.rejected = self.lost = self.preemptions = 0
+        self.output_tokens = self.input_tokens = self.met = 0  # tokens of the completed requests
+        self.admitted_prompt = self.cached = 0  # prompt and prefix-cached tokens of the admitted ones
+        self.t0 = math.inf  # the first arrival
+        self.reject_reasons: dict[str, int] = {}
+        self.lost_reasons: dict[str, int] = {}
+        self.groups: dict[str, dict] = {g: {} for g in GROUPS}  # value -> [arrived, completed, SLO met]
+
+    def add(self, req: pd.DataFrame) -> None:
+        n = len(req)
+        if not n:
+            return
+        status = req["status"]
+        done = (status == "finished").to_numpy()
+        rejected = (status == "rejected").to_numpy()
+        lost = (status == "lost").to_numpy()
+        met = slo_met(req, self.slo)
+        self.arrived += n
+        self.completed += int(done.sum())
+        self.rejected += int(rejected.sum())
+        self.lost += int(lost.sum())
+        self.preemptions += int(req["preemptions"].sum())
+        self.output_tokens += int(req["generated_tokens"].to_numpy()[done].sum())
+        self.input_tokens += int(req["prompt_tokens"].to_numpy()[done].sum())
+        self.met += int(met.sum())
+        self.admitted_prompt += int(req["prompt_tokens"].to_numpy()[~rejected].sum())
+        self.cached += int(req["cached_tokens"].to_numpy()[~rejected].sum())
+        self.t0 = min(self.t0, float(req["arrival_s"].min()))
+        _reasons(self.reject_reasons, req["reject_reason"][rejected])
+        _reasons(self.lost_reasons, req["reject_reason"][lost])
+        for g in GROUPS:
+            keys = req[g]
+            for key in keys.dropna().unique():
+                m = (keys == key).to_numpy()
+                c = self.groups[g].setdefault(key, [0, 0, 0])
+                c[0] += int(m.sum())
+                c[1] += int((m & done).sum())
+                c[2] += int(met[m].sum())
+
+
+def by_group(tally: Tally, src: RequestColumns, column: str, makespan: float) -> dict:
     """Per value of ``column`` (SLO class or tenant): arrivals, completions, SLO attainment,
     goodput and p99 latencies; empty when no request carries the column."""
+    groups = tally.groups[column]
+    if not groups:
+        return {}
+    p99 = {c: {k: dist(v)["p99"] for k, v in src.finished_by(c, column)} for c in ("ttft_s", "tpot_s")}
     out = {}
-    keys = req[column]
-    for key in sorted(k for k in keys.dropna().unique()):
-        m = (keys == key).to_numpy()
-        g = req[m]
-        done = g[g["status"] == "finished"]
-        ok = int(met[m].sum())
+    for key in sorted(groups):
+        arrived, completed, ok = groups[key]
         out[str(key)] = {
-            "arrived": int(m.sum()), "completed": int(len(done)), "slo_attainment": ok / int(m.sum()),
+            "arrived": arrived, "completed": completed, "slo_attainment": ok / arrived,
             "goodput_requests_per_s": ok / makespan,
-            "ttft_p99_s": dist(done["ttft_s"])["p99"], "tpot_p99_s": dist(done["tpot_s"])["p99"],
+            "ttft_p99_s": p99["ttft_s"].get(key), "tpot_p99_s": p99["tpot_s"].get(key),
         }
     return out
 
@@ -111,31 +174,24 @@ def price_of(cfg) -> tuple[float | None, str]:
     return p.usd_per_gpu_hour, f"{p.provider} {p.offer}, {p.date} ({p.basis}; {p.source})"
 
 
-def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dict:
+def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall_s: float) -> dict:
+    """The summary (summary.json) of a run, its requests table given in memory (a DataFrame) or
+    as a ``RequestColumns`` source (a streamed ``requests.parquet``: ``ParquetColumns``); both
+    give the same numbers."""
     cfg = out.config
-    done = req[req["status"] == "finished"]
-    arrived = len(req)
-    t0 = float(req["arrival_s"].min()) if arrived else 0.0
+    src = req if isinstance(req, RequestColumns) else FrameColumns(req)
+    tally = Tally(cfg.slo)
+    for batch in src.batches(TALLY_COLUMNS):
+        tally.add(batch)
+    arrived = tally.arrived
+    t0 = tally.t0 if arrived else 0.0
     makespan = max(out.simulated_s - t0, 1e-12)
-    out_tok = int(done["generated_tokens"].sum())
-    in_tok = int(done["prompt_tokens"].sum())
-    met_mask = slo_met(req, cfg.slo)
-    met = int(met_mask.sum())
+    out_tok, in_tok, met = tally.output_tokens, tally.input_tokens, tally.met
     price, price_src = price_of(cfg)
     fleet = getattr(out, "fleet", None)
     # a fixed fleet is paid for over the makespan; an autoscaled one while each replica is provisioned
     gpu_hours = out.num_gpus * makespan / 3600.0 if fleet is None else fleet.gpu_hours(out.simulated_s)
     usd = None if price is None else gpu_hours * price
-    rejected = req[req["status"] == "rejected"]
-    reasons: dict[str, int] = {}
-    for r in rejected["reject_reason"]:
-        key = r.split(":")[0] if r else "unknown"
-        reasons[key] = reasons.get(key, 0) + 1
-    lost = req[req["status"] == "lost"]
-    lost_reasons: dict[str, int] = {}
-    for r in lost["reject_reason"]:
-        key = r.split(":")[0] if r else "unknown"
-        lost_reasons[key] = lost_reasons.get(key, 0) + 1
     log = out.steps  # running totals: present with or without per-step rows
     sources = dict(log.sources)
     extra = {}
@@ -146,27 +202,27 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
     return {
         "requests": {
             "arrived": arrived,
-            "completed": int(len(done)),
-            "rejected": int(len(rejected)),
-            "unfinished": int(arrived - len(done) - len(rejected) - len(lost)),
-            "preemptions": int(req["preemptions"].sum()),
-            "rejected_by_reason": dict(sorted(reasons.items())),
-            **({"lost": int(len(lost)), "lost_reasons": dict(sorted(lost_reasons.items()))} if len(lost) or extra else {}),
+            "completed": tally.completed,
+            "rejected": tally.rejected,
+            "unfinished": arrived - tally.completed - tally.rejected - tally.lost,
+            "preemptions": tally.preemptions,
+            "rejected_by_reason": dict(sorted(tally.reject_reasons.items())),
+            **({"lost": tally.lost, "lost_reasons": dict(sorted(tally.lost_reasons.items()))} if tally.lost or extra else {}),
         },
-        "ttft_s": dist(done["ttft_s"]),
-        "tpot_s": dist(done["tpot_s"]),
+        "ttft_s": dist(src.finished("ttft_s")),
+        "tpot_s": dist(src.finished("tpot_s")),
         "itl_s": out.itl.dist() if hasattr(out.itl, "dist") else weighted_dist(out.itl.values, out.itl.counts),
-        "e2e_s": dist(done["e2e_s"]),
-        "queue_s": dist(done["queue_s"]),
+        "e2e_s": dist(src.finished("e2e_s")),
+        "queue_s": dist(src.finished("queue_s")),
         "throughput": {
-            "requests_per_s": len(done) / makespan,
+            "requests_per_s": tally.completed / makespan,
             "output_tokens_per_s": out_tok / makespan,
             "total_tokens_per_s": (out_tok + in_tok) / makespan,
         },
         "goodput": {"requests_per_s": met / makespan, "slo_attainment": met / arrived if arrived else None,
                     "slo": {"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s},
-                    "by_class": by_group(req, met_mask, "slo_class", makespan),
-                    "by_tenant": by_group(req, met_mask, "tenant", makespan)},
+                    "by_class": by_group(tally, src, "slo_class", makespan),
+                    "by_tenant": by_group(tally, src, "tenant", makespan)},
         "cost": {
             "gpus": out.num_gpus,
             "gpu_hours": gpu_hours,
@@ -178,7 +234,7 @@ def summarize(out, req: pd.DataFrame, steps: pd.DataFrame, wall_s: float) -> dic
         "kv": {**out.memory, "peak_blocks_used": int(log.peak_kv_blocks), "gpu_memory_source": memory_source(cfg)},
         "precision": {"weights": cfg.dtype, "activations": cfg.precision.activations, "kv_cache": cfg.kv_dtype,
                       "communication": cfg.comm_dtype},
-        "prefix_cache": prefix_cache(cfg, req),
+        "prefix_cache": prefix_cache(cfg, tally),
         "workload": out.workload_info,
         "cost_model": cost_model_block(out),
         "warnings": list(getattr(out, "warnings", [])),
@@ -225,12 +281,10 @@ def memory_source(cfg) -> str:
     return f"driver-reported total ({hw.usable_memory_gib:g} GiB of {hw.memory_gib:g} GiB datasheet): {hw.usable_memory_source}"
 
 
-def prefix_cache(cfg, req: pd.DataFrame) -> dict:
+def prefix_cache(cfg, tally: Tally) -> dict:
     """Hit rate = prompt tokens served from the prefix cache at first admission / prompt tokens of
     the admitted (not rejected) requests; saved prefill tokens = those cached tokens."""
-    admitted = req[req["status"] != "rejected"]
-    prompt = int(admitted["prompt_tokens"].sum())
-    cached = int(admitted["cached_tokens"].sum())
+    prompt, cached = tally.admitted_prompt, tally.cached
     return {"enabled": cfg.kv.prefix_caching, "eviction": cfg.kv.eviction, "prompt_tokens": prompt,
             "saved_prefill_tokens": cached, "hit_rate": cached / prompt if prompt else None}
 
