@@ -105,7 +105,8 @@ class Engine:
     Fast-forward replaces 2-3 when ``fastforward.steady_decode`` holds: ``_run`` prices the whole
     run of identical decode steps (``fastforward.decode_run``) up to the next possible arrival
     (``next_arrival_for``) or fault change, waits once for its end, and applies it with
-    ``lifecycle.complete_run``.
+    ``lifecycle.complete_run``. It replaces 1 too when the policy knows its plan without making
+    it (``Scheduler.decode_batch``: nothing waits and every running request decodes).
 
     Around the loop: ``self.faults`` (``sim/cluster/faults.py``) slows the steps of a straggling
     replica (``_cost``); ``self.dynamics`` (``sim/cluster/dynamics.py``) crashes, restarts and
@@ -152,9 +153,6 @@ class Engine:
         self.faults = FaultSchedule(cfg.faults.events)
         self.dynamics = PoolDynamics(self)
         self.dynamic = bool(self.faults.crashes) or cfg.cluster.autoscale.enabled  # the pool changes
-        # a decode run that ends at a finish may go on without planning (``_run``) when nothing
-        # else moves requests onto a replica between plans (no crashes, autoscaling or clients)
-        self.continue_runs = self.fast_forward and not self.dynamic and cfg.workload.closed_loop is None
         self.end_s: float | None = None  # when the last open request ended (dynamic runs)
 
     def _new_replica(self, i: int, lives: int = 0) -> Replica:
@@ -259,34 +257,24 @@ class Engine:
                        rep.kv.num_used, len(rep.scheduler.waiting))
 
     def _run(self, rep: Replica, reqs: list[Request], start: float):
-        """Decode fast-forward of the running requests ``reqs`` (a steady decode plan's, which
-        committing would not change: ``fastforward.steady_decode``; a generator the loop yields
-        from). A run that ends at a finish is followed at once by the next one when the policy
-        vouches that planning again would give exactly the rest of the batch one token each
-        (``Scheduler.steady_through_finishes``, nothing waiting, a fixed pool); a run whose
-        first step's blocks the pool cannot give hands back to the loop, which plans."""
-        sched = rep.scheduler
-        while True:
-            arrival = self.next_arrival_for(rep)
-            if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
-                arrival = min(arrival, self.faults.next_change(rep.idx, start))
-            run = decode_run(reqs, rep.kv, self._cost(rep, start), start, arrival, self.steps.keep_rows)
-            if not run.steps:  # (a continued run only) its first step needs blocks: plan, maybe preempting
-                return
-            waiting = len(sched.waiting)  # arrivals can land only in the run's last step
-            rep.run = (run, waiting)
-            yield _At(self.env, run.times[-1])
-            rep.run = None
-            finished = lifecycle.complete_run(reqs, run.times, run.steps, self.itl)
-            for r in finished:
-                self._leave(rep, r)
-            self.steps.add_run(rep.idx, run, waiting, len(sched.waiting), rep.kv.num_used)
-            if not (finished and self.continue_runs and sched.steady_through_finishes and not sched.waiting):
-                return
-            reqs = [r for r in reqs if r.finish_s is None]
-            if not reqs:
-                return
-            start = self.env.now
+        """Decode fast-forward of the running requests ``reqs``, each to get one decode token
+        per step (a steady plan's, or ``Scheduler.decode_batch``'s; a generator the loop yields
+        from, returning False when the pool cannot give the first step's blocks: only a batch
+        that no plan has allocated for, which the loop then plans)."""
+        arrival = self.next_arrival_for(rep)
+        if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
+            arrival = min(arrival, self.faults.next_change(rep.idx, start))
+        run = decode_run(reqs, rep.kv, self._cost(rep, start), start, arrival, self.steps.keep_rows)
+        if not run.steps:
+            return False
+        waiting = len(rep.scheduler.waiting)  # arrivals can land only in the run's last step
+        rep.run = (run, waiting)
+        yield _At(self.env, run.times[-1])
+        rep.run = None
+        for r in lifecycle.complete_run(reqs, run.times, run.steps, self.itl):
+            self._leave(rep, r)
+        self.steps.add_run(rep.idx, run, waiting, len(rep.scheduler.waiting), rep.kv.num_used)
+        return True
 
     def _leave(self, rep: Replica, r: Request) -> None:
         """``r`` produced its last token: it leaves its scheduler (blocks freed)."""
@@ -381,6 +369,10 @@ class Engine:
         env, sched = self.env, rep.scheduler
         idle_plans = 0  # plans in a row that computed nothing
         while True:
+            if self.fast_forward:  # the plan a policy knows without planning: every running request decodes
+                reqs = sched.decode_batch()
+                if reqs is not None and (yield from self._run(rep, reqs, env.now)):
+                    continue
             plan = sched.schedule(env.now)
             if plan.empty:
                 moved = bool(plan.preempted or plan.aborted)

@@ -158,3 +158,46 @@ def test_chunk_keeps_single_tokens_holds(name, budget, prompt, generated, cap):
     r.num_generated = generated
     r.num_computed = prompt + generated - 1  # one token to compute: a decode (or the prompt's last)
     assert s.chunk(r, 1, budget) == 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(POLICIES), seed=st.integers(0, 10_000), blocks=st.integers(6, 40),
+       budget=st.integers(4, 64))
+def test_decode_batch_is_the_plan_schedule_would_make(name, seed, blocks, budget):
+    """``Scheduler.decode_batch`` lets the engine skip planning: whenever it names a batch and the
+    pool holds the blocks its tokens need, ``schedule`` must plan exactly one token for each of
+    those requests, in that order, and nothing else."""
+    import copy
+
+    import numpy as np
+    from policy_kit import make, req, step
+
+    rng = np.random.default_rng(seed)
+    knobs = {} if name in ("vllm", "static") else {"max_num_batched_tokens": budget}
+    if name == "sarathi":
+        knobs = {"chunk_size": budget}
+    s = make(name, blocks, 4, **knobs)
+    pending = [req(i, int(rng.integers(1, 12)), int(rng.integers(1, 12)), arrival=0.0, max_out=12) for i in range(8)]
+    checked = 0
+    for t in range(200):
+        if pending and rng.random() < 0.3:
+            r = pending.pop()
+            if s.reject_reason(r) is None:
+                s.add(r)
+        if not s.has_work():
+            if not pending:
+                break
+            continue
+        reqs = s.decode_batch()
+        if reqs is not None:
+            kv = s.kv
+            need = sum(1 for r in reqs if r.num_computed + 1 > len(kv.tables[r.id]) * kv.block_size)
+            if need <= kv.num_free:
+                plan = copy.deepcopy(s).schedule(float(t))
+                ids = [r.id for r in reqs]
+                assert list(plan.num_new_tokens.items()) == [(i, 1) for i in ids]
+                assert not (plan.preempted or plan.aborted or plan.swapped_in or plan.cached_tokens)
+                checked += 1
+        step(s, float(t))
+    if name == "vllm_v1" and blocks >= 30 and budget >= 16:  # room for a pure decode batch: it is met
+        assert checked

@@ -134,10 +134,13 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan:
         raise NotImplementedError
 
-    steady_through_finishes: ClassVar[bool] = False
-    """True when, right after a steady plan (``steady``) with nothing waiting, a request
-    finishing changes the next plan only by dropping it: the rest get one decode token each in
-    the same order, with no other effect (the engine then plans no step between such runs)."""
+    def decode_batch(self) -> list[Request] | None:
+        """The running requests, in the order ``schedule`` would give them their tokens, when
+        ``schedule`` would now plan exactly one decode token for each of them and nothing else
+        (no admission, no other effect) provided the pool gives the blocks those tokens need;
+        else None. The engine then runs the decode steps without planning, and plans when the
+        pool cannot give the first step's blocks. Policies opt in; the safe default is None."""
+        return None
 
     def steady(self) -> bool:
         """Vouch that, right after a plan giving every running request one decode token, the
@@ -241,9 +244,6 @@ class BudgetScheduler(Scheduler):
     """
 
     queue_key = None  # a static ordering of the waiting queue; None keeps arrival order
-    # schedule_running gives each running request its next token in running_order; with nothing
-    # waiting no admission follows (a running_order override must keep the others' order)
-    steady_through_finishes = True
     uses_prefix_hits = True  # ``schedule_waiting`` skips the cached blocks of a fresh request
 
     def budget(self) -> int:
@@ -296,6 +296,20 @@ class BudgetScheduler(Scheduler):
             self.waiting.appendleft(victim)
         else:
             sort_key_queue(self.waiting, victim, self.queue_key)
+
+    def decode_batch(self) -> list[Request] | None:
+        # schedule_running gives each running request in running_order its remaining tokens
+        # under the budget, growing its blocks; with nothing waiting, no admission follows
+        if self.waiting or not self.running or not self.chunk_keeps_single_tokens or not self.steady():
+            return None
+        order = self.running_order()
+        if len(order) > self.budget():
+            return None
+        for r in order:
+            g = r.num_generated
+            if r.prompt_tokens + g - r.num_computed != 1 or not g or g >= r.output_tokens:
+                return None
+        return order
 
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()

@@ -94,6 +94,12 @@ class TRTLLMScheduler(BudgetScheduler):
             self.schedule_waiting(plan, budget, now)
         return plan
 
+    def decode_batch(self):
+        reqs = super().decode_batch()
+        if reqs is not None:
+            self.held_steps = 0  # as ``schedule`` does when nothing waits
+        return reqs
+
     def steady(self) -> bool:
         # while requests wait, each step moves the batch-waiting counter: plan step by step
         return not self.waiting
