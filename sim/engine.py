@@ -79,6 +79,7 @@ class Replica:
         self.proc = None  # its simpy process
         self.lives = 0  # restarts and cold starts so far (seeds its next scheduler)
         self.run: tuple | None = None  # (decode run, waiting at its start) while one is in flight
+        self.step_s: float | None = None  # its last decode step's seconds (sizes the next run's pricing)
 
     def poke(self) -> None:
         """Wake the replica's loop if it sleeps."""
@@ -264,9 +265,10 @@ class Engine:
         arrival = self.next_arrival_for(rep)
         if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
             arrival = min(arrival, self.faults.next_change(rep.idx, start))
-        run = decode_run(reqs, rep.kv, self._cost(rep, start), start, arrival, self.steps.keep_rows)
+        run = decode_run(reqs, rep.kv, self._cost(rep, start), start, arrival, self.steps.keep_rows, rep.step_s)
         if not run.steps:
             return False
+        rep.step_s = run.times[-1] - run.times[-2]
         waiting = len(rep.scheduler.waiting)  # arrivals can land only in the run's last step
         rep.run = (run, waiting)
         yield _At(self.env, run.times[-1])

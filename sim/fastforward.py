@@ -85,12 +85,14 @@ def steady_decode(sched, plan, by_id: dict) -> list[Request] | None:
 
 
 def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: float,
-               columns: bool = True) -> DecodeRun:
+               columns: bool = True, price_hint: float | None = None) -> DecodeRun:
     """The steps of a steady decode batch ``reqs`` starting at ``start``, up to the first of (a
     request finishes, a step that would start at or after ``arrival``: the earliest time a
     request can reach this replica, a block the pool cannot give), with per-request work only
     at the ends. Blocks are allocated as the steps need them; request state is left to
-    ``lifecycle.complete_run``. ``columns``: also return each step's time breakdown."""
+    ``lifecycle.complete_run``. ``columns``: also return each step's time breakdown.
+    ``price_hint`` (a recent step's seconds) sizes the first go of pricing toward the arrival
+    (it changes how many steps are priced at once, never a value)."""
     n = len(reqs)
     # one pass over the batch: the steps until the first finish, the KV tokens, the longest
     # context, and the step at which each request needs its next block (its table overflows)
@@ -109,7 +111,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     kv_tokens += n
     longest += 1
     grower = BlockGrower(kv, reqs, due)
-    times = _clock(cost, n, kv_tokens, longest, horizon, start, arrival)
+    times = _clock(cost, n, kv_tokens, longest, horizon, start, arrival, price_hint)
     if times is None:  # no side-effect-free series: step by step (table lookups count each query)
         if due and min(due) <= 0 and grower.grow_until(1) == 0:  # the first step's blocks are not there
             return grower.run([start], None, cost.source, 0)
@@ -125,12 +127,19 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     return grower.run(times, cols, cost.source, k_end)
 
 
-def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: float, arrival: float) -> list | None:
+def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: float, arrival: float,
+           price: float | None = None) -> list | None:
     """Start times of the run's steps up to ``horizon`` or the first step (after the first) that
     would start at or after ``arrival``, then the end of the last: the clock simpy would keep
-    (sequential sums). Prices in chunks: a short list first, then longer arrays."""
+    (sequential sums). Prices in chunks: a short list first (the steps until the arrival at
+    ``price``, else one step whose price sizes the next go), then longer arrays."""
     times, t, done = [start], start, 0
-    m = horizon if arrival == float("inf") else 1
+    if arrival == float("inf"):
+        m = horizon
+    elif price and arrival > start:
+        m = min(MAX_GUESS, int((arrival - start) / price) + 2)
+    else:
+        m = 1
     while done < horizon:
         m = min(m, horizon - done)
         tot = cost.decode_totals(n, kv_tokens + done * n, longest + done, m)
