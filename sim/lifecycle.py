@@ -22,6 +22,8 @@ The rules:
 """
 from __future__ import annotations
 
+from operator import sub
+
 from sim.request import Request, Status
 
 
@@ -121,7 +123,7 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
     start of step j, ``times[-1]`` the end of the last): every request computed and emitted one
     token per step. Returns the requests that finished, in ``reqs`` order."""
     start0, end, first_end = times[0], times[-1], times[1]
-    gaps = [times[j + 1] - times[j] for j in range(1, steps)]  # "now - start" of each later step
+    gaps = list(map(sub, times[2: steps + 1], times[1:steps]))  # "now - start" of each later step
     run_max = max(gaps) if gaps else 0.0
     same = 0
     done = []
