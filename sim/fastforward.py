@@ -219,13 +219,10 @@ class BlockGrower:
         kv, bs, due, reqs = self.kv, self.kv.block_size, self.due, self.reqs
         if min(due) >= k_end:  # the common short run: no request crosses a block boundary
             return k_end
-        events = []  # (step, request index): every block needed before k_end, in allocation order
-        for i, k in enumerate(due):
-            while k < k_end:
-                events.append((k, i))
-                k += bs
-        if not events:
-            return k_end
+        # (step, request index): every block needed before k_end, in allocation order
+        events = [(k, i) for i, k in enumerate(due) if k < k_end]
+        if min(due) + bs < k_end:  # some request crosses more than one block boundary
+            events += [(k2, i) for k, i in events for k2 in range(k + bs, k_end, bs)]
         events.sort()
         j, m = 0, len(events)
         if kv.bulk_growth and kv.can_allocate(m):  # the pool gives them all: no step can be refused
@@ -233,10 +230,12 @@ class BlockGrower:
             for b, (k, i) in zip(blocks, events):
                 tables[reqs[i].id].append(b)
                 due[i] = k + bs
-            changes = self.changes
-            for j, (k, _) in enumerate(events, 1):
-                if j == m or events[j][0] != k:
-                    changes.append((k, used + j))
+            changes, prev = self.changes, events[0][0]
+            for j, (k, _) in enumerate(events):
+                if k != prev:
+                    changes.append((prev, used + j))
+                    prev = k
+            changes.append((prev, used + m))
             return k_end
         while j < m:
             k = events[j][0]
