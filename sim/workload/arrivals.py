@@ -91,6 +91,10 @@ def in_time_order(plans: Iterator[list[tuple[float, tuple]]], tag: int = 0) -> I
         t0 = items[0][0]
         while heap and heap[0][0] <= t0:
             yield heapq.heappop(heap)
+        if not heap and len(items) == 1:  # nothing pending, one turn: it is next (no heap needed)
+            yield (t0, tag, seq, items[0][1])
+            seq += 1
+            continue
         for t, fields in items:
             heapq.heappush(heap, (t, tag, seq, fields))
             seq += 1
