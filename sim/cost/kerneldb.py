@@ -158,12 +158,8 @@ class KernelDbCostModel(RooflineCostModel):
 
     def __init__(self, model, hw, *, framework: str, version: str, system: str, arrays: dict, **kw):
         super().__init__(model, hw, **kw)
-        self.framework, self.version, self.system = framework, version, system
+        self._start_tables(framework, version, system, arrays)
         self.gemm_dtype = kd.GEMM_DTYPE[self.dtype]
-        self.kv_fp8 = kd.KV_DTYPE.get(self.kv_dtype, "bfloat16") == "fp8"
-        self.meta = dict(s.split("=", 1) for s in arrays["meta"].tolist())
-        self.notes: list[str] = []
-        self._gemms: dict[str, Grid] = {}
         self.engine = engine_kernels(framework, self.tp)
         self._quant = {name: Grid([arrays[f"quant|{name}|m"], arrays[f"quant|{name}|k"]], arrays[f"quant|{name}|t"])
                        for name in ("compute_scale", "scale_matrix")
@@ -171,30 +167,54 @@ class KernelDbCostModel(RooflineCostModel):
         if self.gemm_dtype == "fp8" and self.engine["static_fp8"] and len(self._quant) < 2:
             self.engine = {**self.engine, "static_fp8": False, "fp8_input": frozenset()}
             self.notes.append("fp8 GEMMs: dynamic activation quantisation kept (no quantisation tables)")
-        for dt in ("bfloat16", self.gemm_dtype):
+        self._load_gemms(arrays, ("bfloat16", self.gemm_dtype))
+        self._load_attention(arrays)
+        self._load_allreduce(arrays)
+        self._moe = self._moe_grid(arrays.get("moe|rows"))
+        if self.shapes.num_experts and self._moe is None:
+            self.notes.append("MoE experts: roofline (shape not in the database)")
+
+    # ------------------------------------------------------------------ tables
+    def _start_tables(self, framework: str, version: str, system: str, arrays: dict) -> None:
+        """What every database model holds: its source, its KV dtype, the tables' provenance
+        (``meta``), the notes on what is not from a table, and the empty caches."""
+        self.framework, self.version, self.system = framework, version, system
+        self.kv_fp8 = kd.KV_DTYPE.get(self.kv_dtype, "bfloat16") == "fp8"
+        self.meta = dict(s.split("=", 1) for s in arrays["meta"].tolist())
+        self.notes: list[str] = []
+        self._gemms: dict[str, Grid] = {}
+        self._attn_p: dict = {}
+        self._attn_d: dict = {}
+
+    def _load_gemms(self, arrays: dict, dtypes) -> None:
+        """The GEMM tables of ``dtypes`` (by m, n, k); a missing one is a ``KernelDbUnavailable``."""
+        for dt in dict.fromkeys(dtypes):
             key = f"gemm|{dt}|t"
             if key not in arrays:
-                raise kd.KernelDbUnavailable(f"the kernel database has no {dt} GEMMs for {system} {framework} {version}")
+                raise kd.KernelDbUnavailable(f"the kernel database has no {dt} GEMMs for {self.system} "
+                                             f"{self.framework} {self.version}")
             self._gemms[dt] = Grid([arrays[f"gemm|{dt}|{a}"] for a in "mnk"], arrays[key])
+
+    def _load_attention(self, arrays: dict) -> None:
+        """Prefill and decode attention of the model's (q heads, kv heads, head dim), or the
+        nearest measured shape scaled (named in ``notes``)."""
         s = self.shapes
         ctx = _attn_grid(arrays["ctx|rows"], s.q_heads, s.kv_heads, s.head_dim, self.kv_fp8, "q")
         gen = _attn_grid(arrays["gen|rows"], s.q_heads, s.kv_heads, s.head_dim, self.kv_fp8, "kv")
         if ctx is None or gen is None:
             raise kd.KernelDbUnavailable(f"the kernel database has no attention of head dim {s.head_dim} "
-                                         f"for {system} {framework} {version}")
+                                         f"for {self.system} {self.framework} {self.version}")
         (self._ctx, n1), (self._gen, n2) = ctx, gen
-        self.notes += [f"prefill attention {n1}" for _ in [0] if n1] + [f"decode attention {n2}" for _ in [0] if n2]
+        self.notes += [f"prefill attention {n}" for n in (n1,) if n] + [f"decode attention {n}" for n in (n2,) if n]
+
+    def _load_allreduce(self, arrays: dict) -> None:
+        """The all-reduce tables by GPU count (bf16: the only one measured)."""
         self._ar = {int(k.split("|")[1]): Grid([arrays[k]], arrays[k[:-1] + "t"])
                     for k in arrays if k.startswith("ar|") and k.endswith("|x")}
         if self.tp > 1 and getattr(self, "comm_dtype", "bf16") not in ("bf16", "fp16"):
             self.notes.append(f"all-reduce in {self.comm_dtype}: priced from the bf16 table (the only one measured)")
         if self.tp > 1 and self.tp not in self._ar:
             self.notes.append(f"all-reduce over {self.tp} GPUs: roofline (not in the database)")
-        self._moe = self._moe_grid(arrays.get("moe|rows"))
-        if s.num_experts and self._moe is None:
-            self.notes.append("MoE experts: roofline (shape not in the database)")
-        self._attn_p: dict = {}
-        self._attn_d: dict = {}
 
     # ------------------------------------------------------------------ lookup core
     def _lookup(self, grid: Grid, roof, x: tuple[float, ...]) -> float:

@@ -179,12 +179,9 @@ class KernelDbMoeCostModel(KernelDbCostModel):
 
     def __init__(self, model, hw, *, framework: str, version: str, system: str, arrays: dict, **kw):
         RooflineCostModel.__init__(self, model, hw, **kw)
-        self.framework, self.version, self.system = framework, version, system
+        self._start_tables(framework, version, system, arrays)
         self.gemm_dtype, self.moe_dtype = weight_formats(model, self.dtype)
-        self.kv_fp8 = kd.KV_DTYPE.get(self.kv_dtype, "bfloat16") == "fp8"
-        self.meta = dict(s.split("=", 1) for s in arrays["meta"].tolist())
         self.meta.update(dict(s.split("=", 1) for s in arrays.get("moe|meta", np.array([])).tolist()))
-        self.notes: list[str] = []
         # the tables' own composition: TRT-LLM's static fp8 scales and fused elementwise kernels
         # (``kerneldb.engine_kernels``) are applied to dense models only
         self.engine = {"static_fp8": False, "fp8_input": frozenset(), "fused": frozenset()}
@@ -193,35 +190,18 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                               "all-reduce) are modelled for dense models only: priced here as the tables compose them")
         s = self.shapes
         mla_gemm = "fp8_block" if self.gemm_dtype in ("fp8", "fp8_block") else "bfloat16"
-        self._gemms: dict[str, Grid] = {}
-        for dt in {"bfloat16", self.gemm_dtype, *((mla_gemm,) if s.mla else ())}:
-            key = f"gemm|{dt}|t"
-            if key not in arrays:
-                raise kd.KernelDbUnavailable(f"the kernel database has no {dt} GEMMs for {system} "
-                                             f"{framework} {version}")
-            self._gemms[dt] = Grid([arrays[f"gemm|{dt}|{a}"] for a in "mnk"], arrays[key])
+        self._load_gemms(arrays, ("bfloat16", self.gemm_dtype, *((mla_gemm,) if s.mla else ())))
         if self.gemm_dtype == "fp8_block" and "gemm|fp8|t" in arrays and self._launch_bound(arrays):
             self.notes.append("block-scaled fp8 GEMMs: from the per-tensor fp8 table (this collection's fp8_block "
                               "GEMMs take over twice as long at one token: launch-bound, not what a CUDA-graph "
                               "engine sees)")
             self.gemm_dtype = "fp8"
             self._gemms["fp8"] = Grid([arrays[f"gemm|fp8|{a}"] for a in "mnk"], arrays["gemm|fp8|t"])
-        self._ar = {int(k.split("|")[1]): Grid([arrays[k]], arrays[k[:-1] + "t"])
-                    for k in arrays if k.startswith("ar|") and k.endswith("|x")}
-        if self.tp > 1 and getattr(self, "comm_dtype", "bf16") not in ("bf16", "fp16"):
-            self.notes.append(f"all-reduce in {self.comm_dtype}: priced from the bf16 table (the only one measured)")
-        if self.tp > 1 and self.tp not in self._ar:
-            self.notes.append(f"all-reduce over {self.tp} GPUs: roofline (not in the database)")
+        self._load_allreduce(arrays)
         if s.mla:
             self._mla_init(arrays, mla_gemm)
         else:
-            ctx = _attn_grid(arrays["ctx|rows"], s.q_heads, s.kv_heads, s.head_dim, self.kv_fp8, "q")
-            gen = _attn_grid(arrays["gen|rows"], s.q_heads, s.kv_heads, s.head_dim, self.kv_fp8, "kv")
-            if ctx is None or gen is None:
-                raise kd.KernelDbUnavailable(f"the kernel database has no attention of head dim {s.head_dim} "
-                                             f"for {system} {framework} {version}")
-            (self._ctx, n1), (self._gen, n2) = ctx, gen
-            self.notes += [f"prefill attention {n}" for n in (n1,) if n] + [f"decode attention {n}" for n in (n2,) if n]
+            self._load_attention(arrays)
         self._ctx_win = None
         if s.window_layers:
             rows = arrays.get("ctxwin|rows")
@@ -251,8 +231,6 @@ class KernelDbMoeCostModel(KernelDbCostModel):
             + (("mla_bmm",) if s.mla and self._mla_kind != "kernel" else ()) \
             + (() if self._ctx_win is not None else ("attention ctx window",)) + (() if s.num_experts else ("moe",))
         self.meta = {k: v for k, v in self.meta.items() if k not in unused}
-        self._attn_p: dict = {}
-        self._attn_d: dict = {}
 
     # ------------------------------------------------------------------ tables
     def _launch_bound(self, arrays: dict) -> bool:
