@@ -70,9 +70,11 @@ def steady_decode(sched, plan, by_id: dict) -> list[Request] | None:
     next decode token, nothing else happens in it, every one of them is already running (so
     committing the plan changes nothing) and the policy vouches that it would plan the same
     again; else None."""
+    tokens = plan.num_new_tokens
     if (plan.preempted or plan.aborted or plan.swapped_in or plan.blocks_swapped_out or plan.cached_tokens
-            or len(plan.num_new_tokens) != len(sched.running) or not sched.steady()):
-        return None
+            or len(tokens) != len(sched.running) or not tokens or tokens[next(reversed(tokens))] != 1
+            or not sched.steady()):
+        return None  # (a request admitted this step comes last: its prefill chunk is seen first)
     reqs = []
     running = Status.RUNNING
     for rid, n in plan.num_new_tokens.items():
