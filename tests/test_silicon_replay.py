@@ -7,10 +7,12 @@ import pytest
 
 from policy_kit import drain, make, req, step
 from sim.compare import silicon
-from sim.compare.silicon import CLIENTS, Client, blend, client_for, lengths, server
+from sim.compare.silicon import CLIENTS, Client, blend, client_for, generated_engine, lengths, server
 
 IMAX = "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=8; measured=2025-10-29T00:00:00.000Z"
 OTHER = "source_file=/data/h100_sxm/trtllm/1.0.0rc3/meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=8"
+GAP = ("source_file=/Users/someone/projects/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/"
+       "meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=8")
 
 
 def row(**kw) -> dict:
@@ -86,6 +88,22 @@ def test_server_settings_follow_the_inferencemax_launch_scripts():
                                                "kv": {"dtype": "fp8"}}
     assert server(row(backend="vllm", system="h100_sxm"), bs)["kv"] == {}
     assert server(row(backend="sglang"), fixed) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192}, "kv": {}}
+
+
+def test_gap_analysis_rows_get_the_engine_limits_aiconfigurator_generates():
+    fixed = CLIENTS["fixed"]
+    # TRT-LLM: max_batch_size = batch size, max_num_tokens = batch + isl + 1500 in blocks of 32
+    assert generated_engine("trtllm", 8, 1024) == {"max_num_batched_tokens": 2560, "max_num_seqs": 8}
+    assert generated_engine("trtllm", 128, 4096) == {"max_num_batched_tokens": 5728, "max_num_seqs": 128}
+    # SGLang: --max-running-requests = batch size, --max-prefill-tokens = isl + 1500 (mixed chunk)
+    assert generated_engine("sglang", 512, 1000) == {"max_num_batched_tokens": 2500, "max_num_seqs": 512}
+    assert generated_engine("vllm", 64, 8000) == {}  # max-num-seqs 512 and the default budget
+    gap = row(dtype="bf16", silicon_data_source=GAP, concurrency=8)
+    assert server(gap, fixed) == {"scheduler": {"name": "trtllm", "max_num_batched_tokens": 2560,
+                                                "max_tokens_oracle": True, "max_num_seqs": 8}, "kv": {}}
+    cfg = silicon.row_config(gap | {"model": "llama-3.1-8b", "hardware": "h100-sxm"}, "roofline", fixed)
+    assert cfg["scheduler"]["max_num_seqs"] == 8  # the generated limit, not the replay's 256
+    assert silicon.row_config(row(), "roofline", fixed)["scheduler"]["max_num_seqs"] == 256
 
 
 def test_blend_weights_the_replayed_waves_as_the_benchmark_counts_them():
