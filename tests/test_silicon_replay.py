@@ -7,7 +7,7 @@ import pytest
 
 from policy_kit import drain, make, req, step
 from sim.compare import silicon
-from sim.compare.silicon import CLIENTS, Client, blend, client_for, generated_engine, lengths, server
+from sim.compare.silicon import CLIENTS, Client, blend, client_for, generated_engine, implied_waiting, lengths, server
 
 IMAX = "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=8; measured=2025-10-29T00:00:00.000Z"
 OTHER = "source_file=/data/h100_sxm/trtllm/1.0.0rc3/meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=8"
@@ -104,6 +104,16 @@ def test_gap_analysis_rows_get_the_engine_limits_aiconfigurator_generates():
     cfg = silicon.row_config(gap | {"model": "llama-3.1-8b", "hardware": "h100-sxm"}, "roofline", fixed)
     assert cfg["scheduler"]["max_num_seqs"] == 8  # the generated limit, not the replay's 256
     assert silicon.row_config(row(), "roofline", fixed)["scheduler"]["max_num_seqs"] == 256
+
+
+def test_implied_waiting_recovers_the_queue_from_ttft_and_e2e():
+    # 16 clients, one always waiting: TTFT = 40 ms + E2E / 16 (Little's law)
+    e2e = np.array([1000.0, 2000.0, 4000.0])
+    intercept, waiting = implied_waiting(40 + e2e / 16, e2e, 16)
+    assert intercept == pytest.approx(40) and waiting == pytest.approx(1)
+    assert implied_waiting(np.full(3, 90.0), e2e, 16) == pytest.approx((90, 0))  # no queue: flat
+    with pytest.raises(ValueError):
+        implied_waiting([50.0, 60.0], [1000.0, 1000.0], 8)
 
 
 def test_blend_weights_the_replayed_waves_as_the_benchmark_counts_them():

@@ -370,6 +370,23 @@ def replay(task: tuple) -> dict:
             "client": client.name, "cost_source": res.summary["sim"]["cost_model"]}
 
 
+def implied_waiting(ttft_ms, e2e_ms, clients: int) -> tuple[float, float]:
+    """(intercept ms, requests waiting) that measured rows of one closed-loop benchmark imply, from
+    nothing but their own TTFT and end-to-end latency (E2E = TTFT + (osl - 1) x TPOT).
+
+    Rows that differ only in output length share a prompt, so the part of their TTFT that grows
+    with E2E is time spent waiting for a slot. With ``clients`` clients and no think time the
+    request rate is clients / E2E, so by Little's law k requests waiting on average wait
+    k x E2E / clients each: TTFT = intercept + (k / clients) x E2E. The least-squares line
+    through (E2E, TTFT) gives the intercept and k = slope x clients (0: no queue in front of the
+    engine; docs/kernel_database.md, what the residuals are)."""
+    e2e, ttft = np.asarray(e2e_ms, dtype=float), np.asarray(ttft_ms, dtype=float)
+    if len(e2e) < 2 or np.ptp(e2e) == 0:
+        raise ValueError("implied_waiting needs at least two rows of different end-to-end latency")
+    slope, intercept = np.polyfit(e2e, ttft, 1)
+    return float(intercept), float(slope * clients)
+
+
 def ape(pred: pd.Series, meas: pd.Series) -> pd.Series:
     return (pred - meas).abs() / meas
 
