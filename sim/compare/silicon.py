@@ -234,7 +234,10 @@ def server(row, client: Client) -> dict:
         # in-flight batching: generation first, whole prompts (chunked prefill is off by default)
         # GUARANTEED_NO_EVICT reserves prompt + max_tokens; the benchmarks send max_tokens = the
         # output length (with ignore_eos)
-        sched = {"name": "trtllm", "max_num_batched_tokens": 16384 if imax else 8192, "max_tokens_oracle": True}
+        # its overlap scheduler (TRT-LLM's default; aiconfigurator's generator keeps it on for
+        # aggregated workers) forms each step's batch while the previous step runs
+        sched = {"name": "trtllm", "max_num_batched_tokens": 16384 if imax else 8192, "max_tokens_oracle": True,
+                 "overlap_scheduler": True}
         if imax and isl == osl == 1024 and tp < 8:
             sched |= {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
         # TRT-LLM's ``kv_cache_config.dtype: auto`` takes the ModelOpt checkpoint's kv_cache_quant_algo
