@@ -7,10 +7,12 @@ import pytest
 
 from policy_kit import drain, make, req, step
 from sim.compare import silicon
-from sim.compare.silicon import CLIENTS, Client, blend, client_for, lengths, server
+from sim.compare.silicon import CLIENTS, Client, blend, client_for, generated_engine, implied_waiting, lengths, server
 
 IMAX = "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=8; measured=2025-10-29T00:00:00.000Z"
 OTHER = "source_file=/data/h100_sxm/trtllm/1.0.0rc3/meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=8"
+GAP = ("source_file=/Users/someone/projects/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/"
+       "meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=8")
 
 
 def row(**kw) -> dict:
@@ -54,6 +56,21 @@ def test_trtllm_batch_waiting_releases_once_the_token_ratio_is_reached():
     assert step(s).num_new_tokens == {0: 1, 1: 5, 2: 5}  # 1 + 10 >= 10
 
 
+def test_trtllm_overlap_scheduler_takes_an_arrival_one_step_later():
+    # steps start at t = 0, 1, 2, ...; request 1 arrives at t = 0.5, while step 0 runs
+    for overlap, joins in ((False, 1), (True, 2)):
+        s = make("trtllm", 60, max_num_batched_tokens=100, overlap_scheduler=overlap)
+        s.add(req(0, 4, 10))
+        assert step(s, 0.0).num_new_tokens == {0: 4}
+        s.add(req(1, 5, 2, arrival=0.5))
+        plans = [step(s, float(t)) for t in (1, 2)]
+        # step 1's batch was formed (overlap) while step 0 ran, before the arrival: it joins step 2
+        assert [p.num_new_tokens.get(1) == 5 for p in plans] == [joins == 1, joins == 2]
+    idle = make("trtllm", 60, max_num_batched_tokens=100, overlap_scheduler=True)
+    idle.add(req(0, 4, 2, arrival=0.5))
+    assert step(idle, 1.0).num_new_tokens == {0: 4}  # nothing running: taken at once
+
+
 # ---------------------------------------------------------------------- clients and servers
 
 def test_rows_get_the_client_their_provenance_names():
@@ -76,16 +93,44 @@ def test_lengths_follow_benchmark_serving_random_range_ratio():
 def test_server_settings_follow_the_inferencemax_launch_scripts():
     bs, fixed = CLIENTS["bench-serving"], CLIENTS["fixed"]
     assert server(row(tp=4), bs) == {"scheduler": {"name": "trtllm", "max_num_batched_tokens": 16384, "max_tokens_oracle": True,
+                                                   "overlap_scheduler": True,
                                                    "batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9},
                                      "kv": {"dtype": "fp8"}}
     assert "batch_wait_timeout_iters" not in server(row(tp=8), bs)["scheduler"]
     assert "batch_wait_timeout_iters" not in server(row(tp=4, osl=8192), bs)["scheduler"]
     assert server(row(dtype="bf16", silicon_data_source=OTHER), fixed) == {
-        "scheduler": {"name": "trtllm", "max_num_batched_tokens": 8192, "max_tokens_oracle": True}, "kv": {}}
+        "scheduler": {"name": "trtllm", "max_num_batched_tokens": 8192, "max_tokens_oracle": True,
+                      "overlap_scheduler": True}, "kv": {}}
     assert server(row(backend="vllm"), bs) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192},
                                                "kv": {"dtype": "fp8"}}
     assert server(row(backend="vllm", system="h100_sxm"), bs)["kv"] == {}
     assert server(row(backend="sglang"), fixed) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192}, "kv": {}}
+
+
+def test_gap_analysis_rows_get_the_engine_limits_aiconfigurator_generates():
+    fixed = CLIENTS["fixed"]
+    # TRT-LLM: max_batch_size = batch size, max_num_tokens = batch + isl + 1500 in blocks of 32
+    assert generated_engine("trtllm", 8, 1024) == {"max_num_batched_tokens": 2560, "max_num_seqs": 8}
+    assert generated_engine("trtllm", 128, 4096) == {"max_num_batched_tokens": 5728, "max_num_seqs": 128}
+    # SGLang: --max-running-requests = batch size, --max-prefill-tokens = isl + 1500 (mixed chunk)
+    assert generated_engine("sglang", 512, 1000) == {"max_num_batched_tokens": 2500, "max_num_seqs": 512}
+    assert generated_engine("vllm", 64, 8000) == {}  # max-num-seqs 512 and the default budget
+    gap = row(dtype="bf16", silicon_data_source=GAP, concurrency=8)
+    assert server(gap, fixed) == {"scheduler": {"name": "trtllm", "max_num_batched_tokens": 2560, "max_tokens_oracle": True,
+                                                "overlap_scheduler": True, "max_num_seqs": 8}, "kv": {}}
+    cfg = silicon.row_config(gap | {"model": "llama-3.1-8b", "hardware": "h100-sxm"}, "roofline", fixed)
+    assert cfg["scheduler"]["max_num_seqs"] == 8  # the generated limit, not the replay's 256
+    assert silicon.row_config(row(), "roofline", fixed)["scheduler"]["max_num_seqs"] == 256
+
+
+def test_implied_waiting_recovers_the_queue_from_ttft_and_e2e():
+    # 16 clients, one always waiting: TTFT = 40 ms + E2E / 16 (Little's law)
+    e2e = np.array([1000.0, 2000.0, 4000.0])
+    intercept, waiting = implied_waiting(40 + e2e / 16, e2e, 16)
+    assert intercept == pytest.approx(40) and waiting == pytest.approx(1)
+    assert implied_waiting(np.full(3, 90.0), e2e, 16) == pytest.approx((90, 0))  # no queue: flat
+    with pytest.raises(ValueError):
+        implied_waiting([50.0, 60.0], [1000.0, 1000.0], 8)
 
 
 def test_blend_weights_the_replayed_waves_as_the_benchmark_counts_them():

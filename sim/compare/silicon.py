@@ -171,6 +171,40 @@ CLIENTS = {c.name: c for c in (
            "fixed lengths; the burst wave and the drain wave are left out (steady state only)", drain=False),
 )}
 INFERENCEMAX_SOURCE = "source_file=2026-04-06.csv"
+GAP_ANALYSIS_SOURCE = "/aic-auto-gap-analysis/"
+"""Folder in ``silicon_data_source`` of aiconfigurator's gap-analysis runs (Llama-3.1-8B: TRT-LLM
+1.0.0rc3 on H100, SGLang 0.5.6.post2 and vLLM 0.12.0 on H200): servers launched with the engine
+settings aiconfigurator's generator writes for a configuration of batch size ``batch_size``
+(``generated_engine``)."""
+TOKENS_PER_BLOCK = 32  # aiconfigurator's generator rounds TRT-LLM's max_num_tokens up to KV blocks of 32
+
+
+def aiconfigurator_generated(row) -> bool:
+    """Whether a row is one of aiconfigurator's gap-analysis runs (``GAP_ANALYSIS_SOURCE``)."""
+    return GAP_ANALYSIS_SOURCE in str(row.get("silicon_data_source", ""))
+
+
+def generated_engine(backend: str, batch_size: int, isl: int) -> dict:
+    """The scheduler limits aiconfigurator's generator (``aiconfigurator.generator``: the
+    ``rule_plugin`` rules and the version templates ``trtllm/extra_engine_args.1.0.0rc3``,
+    ``sglang/cli_args.0.5.6.post2``, ``vllm/cli_args.0.12.0``) writes for an aggregated worker of
+    batch size ``batch_size`` serving prompts of ``isl`` tokens:
+
+    - TRT-LLM: ``max_batch_size`` = the batch size, ``max_num_tokens`` = batch size + isl + 1500
+      rounded up to KV blocks of 32 tokens, chunked prefill off (its default): at most one or two
+      whole prompts a step where the framework default (8192) takes eight 1k prompts;
+    - SGLang: ``--max-running-requests`` = the batch size, ``--max-prefill-tokens`` = isl + 1500,
+      ``--enable-mixed-chunk`` (decode tokens ride in the prefill step and count against its
+      prefill budget): the replay's mixed ``vllm_v1`` steps with that budget;
+    - vLLM: ``--max-num-seqs`` = max(512, batch size) and no ``--max-num-batched-tokens`` (the
+      default 8192 stays): nothing the replay does not already do.
+    Returns the scheduler keys that differ from the replay's framework defaults."""
+    if backend == "trtllm":
+        budget = math.ceil((batch_size + isl + 1500) / TOKENS_PER_BLOCK) * TOKENS_PER_BLOCK
+        return {"max_num_batched_tokens": budget, "max_num_seqs": batch_size}
+    if backend == "sglang":
+        return {"max_num_batched_tokens": isl + 1500, "max_num_seqs": batch_size}
+    return {}
 
 
 def client_for(row, name: str = "auto") -> Client:
@@ -191,7 +225,8 @@ def server(row, client: Client) -> dict:
     (``benchmarks/70b_*.sh``): vLLM ``--max-num-batched-tokens 8192 --kv-cache-dtype fp8``
     (H200, B200) with async scheduling; ``trtllm-serve --max_num_tokens 16384`` with an fp8 KV
     cache and, for ISL/OSL 1k/1k below TP 8, batch waiting (``batch_wait_timeout_iters: 20``,
-    ``batch_wait_max_tokens_ratio: 0.9``)."""
+    ``batch_wait_max_tokens_ratio: 0.9``); for aiconfigurator's gap-analysis rows the limits its
+    generator writes (``generated_engine``)."""
     backend, imax = row["backend"], client.name == "bench-serving"
     isl, osl, tp = int(row["isl"]), int(row["osl"]), int(row["tp"])
     kv: dict = {}
@@ -199,7 +234,10 @@ def server(row, client: Client) -> dict:
         # in-flight batching: generation first, whole prompts (chunked prefill is off by default)
         # GUARANTEED_NO_EVICT reserves prompt + max_tokens; the benchmarks send max_tokens = the
         # output length (with ignore_eos)
-        sched = {"name": "trtllm", "max_num_batched_tokens": 16384 if imax else 8192, "max_tokens_oracle": True}
+        # its overlap scheduler (TRT-LLM's default; aiconfigurator's generator keeps it on for
+        # aggregated workers) forms each step's batch while the previous step runs
+        sched = {"name": "trtllm", "max_num_batched_tokens": 16384 if imax else 8192, "max_tokens_oracle": True,
+                 "overlap_scheduler": True}
         if imax and isl == osl == 1024 and tp < 8:
             sched |= {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
         # TRT-LLM's ``kv_cache_config.dtype: auto`` takes the ModelOpt checkpoint's kv_cache_quant_algo
@@ -210,12 +248,13 @@ def server(row, client: Client) -> dict:
         # vLLM V1: chunked prefill in one token budget, running requests first (8192: the V1
         # default of the OpenAI server on >= 70 GB GPUs, and what InferenceMAX sets). SGLang
         # (chunked_prefill_size 8192 on H100/H200) runs a waiting prefill batch before the
-        # decode batch; its rows are replayed with mixed steps all the same: the prefill-first
-        # ``vllm`` policy kept the fixed-length cohorts in lock-step and over-predicted their
-        # TTFT 2-5x, mixed steps came within 0.7-1.0x of TTFT and 0.8-0.9x of TPOT (docs).
+        # decode batch unless --enable-mixed-chunk, which aiconfigurator's generator sets for
+        # aggregated SGLang workers (the csv's SGLang rows are its gap-analysis runs): mixed steps.
         sched = {"name": "vllm_v1", "max_num_batched_tokens": 8192}
         if imax and backend == "vllm" and row["system"] != "h100_sxm":
             kv["dtype"] = "fp8"
+    if aiconfigurator_generated(row):
+        sched |= generated_engine(backend, int(row["concurrency"]), isl)
     return {"scheduler": sched, "kv": kv}
 
 
@@ -233,7 +272,7 @@ def row_config(r, cost_model: str, client: Client | None = None, think_s: float 
     return {
         "model": r["model"], "hardware": r["hardware"], "dtype": r["dtype"],
         "parallelism": {"tp": int(r["tp"])},
-        "scheduler": {**srv["scheduler"], "max_num_seqs": max(256, c)},
+        "scheduler": {"max_num_seqs": max(256, c), **srv["scheduler"]},
         "kv": srv["kv"],
         "workload": {"num_requests": c, "prompt": lengths(int(r["isl"]), client.range_ratio),
                      "output": lengths(int(r["osl"]), client.range_ratio),
@@ -332,6 +371,23 @@ def replay(task: tuple) -> dict:
     return {"ttft_ms": 1e3 * (blend(req["ttft_s"].to_numpy(), ids, c, rounds, client) + think_s),
             "tpot_ms": 1e3 * blend(tpot[ok], ids[ok], c, rounds, client),
             "client": client.name, "cost_source": res.summary["sim"]["cost_model"]}
+
+
+def implied_waiting(ttft_ms, e2e_ms, clients: int) -> tuple[float, float]:
+    """(intercept ms, requests waiting) that measured rows of one closed-loop benchmark imply, from
+    nothing but their own TTFT and end-to-end latency (E2E = TTFT + (osl - 1) x TPOT).
+
+    Rows that differ only in output length share a prompt, so the part of their TTFT that grows
+    with E2E is time spent waiting for a slot. With ``clients`` clients and no think time the
+    request rate is clients / E2E, so by Little's law k requests waiting on average wait
+    k x E2E / clients each: TTFT = intercept + (k / clients) x E2E. The least-squares line
+    through (E2E, TTFT) gives the intercept and k = slope x clients (0: no queue in front of the
+    engine; docs/kernel_database.md, what the residuals are)."""
+    e2e, ttft = np.asarray(e2e_ms, dtype=float), np.asarray(ttft_ms, dtype=float)
+    if len(e2e) < 2 or np.ptp(e2e) == 0:
+        raise ValueError("implied_waiting needs at least two rows of different end-to-end latency")
+    slope, intercept = np.polyfit(e2e, ttft, 1)
+    return float(intercept), float(slope * clients)
 
 
 def ape(pred: pd.Series, meas: pd.Series) -> pd.Series:

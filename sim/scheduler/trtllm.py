@@ -17,6 +17,14 @@ whole sequence, prompt plus its output limit (``max_tokens``; at most ``max_seq_
 the ``max_tokens_oracle`` knob, its actual output length, as for a benchmark that sends
 ``max_tokens`` = the output length with ``ignore_eos``), held from admission; ``MAX_UTILIZATION`` takes blocks as tokens come and preempts when they run out.
 
+Overlap scheduler (``overlap_scheduler``; TRT-LLM's ``disable_overlap_scheduler: false``, its
+PyTorch backend's default): the executor forms the batch of step k+1 while step k runs (its loop
+fetches new requests, schedules and launches the next batch, and only then waits for the
+previous step's tokens), so a request that arrives while a step runs joins the step after the
+next one: it may join the step being planned only if it arrived before the step now ending was
+formed. An idle engine (nothing running) takes a request at once. Off here by default, so that
+plans match the other policies step for step; the silicon replay turns it on.
+
 Departures: a preempted request (``MAX_UTILIZATION``) is recomputed, not paused;
 ``enable_chunked_prefill: true`` chunks like ``vllm_v1``.
 """
@@ -40,6 +48,8 @@ class TRTLLMKnobs(Knobs):
     batch_wait_timeout_iters: int = Field(default=0, ge=0, description="most steps context requests are held back (0: off)")
     batch_wait_max_tokens_ratio: float = Field(default=0.0, ge=0, le=1, description=(
         "hold context requests until the step's tokens reach this fraction of max_num_batched_tokens"))
+    overlap_scheduler: bool = Field(default=False, description=(
+        "form step k+1's batch while step k runs: a request arriving during a step joins the one after next"))
 
 
 @register("trtllm")
@@ -50,6 +60,8 @@ class TRTLLMScheduler(BudgetScheduler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.held_steps = 0  # consecutive steps the waiting context requests were held back
+        self.formed_at = float("-inf")  # when the batch of the step being planned was formed (overlap)
+        self.last_schedule = float("-inf")  # when the previous step was planned
 
     def reserve(self, r, total_tokens):
         if self.knobs.capacity_scheduler_policy == "MAX_UTILIZATION":
@@ -70,6 +82,10 @@ class TRTLLMScheduler(BudgetScheduler):
                     f"sequence; admission keeps {kv.watermark_blocks} of the replica's {kv.num_blocks} free")
         return super().reject_reason(req)
 
+    def admissible(self, r, now):
+        """Overlap scheduler: only requests that arrived before this step's batch was formed."""
+        return not self.knobs.overlap_scheduler or r.spec.arrival_s <= self.formed_at
+
     def chunk(self, r, want, budget):
         if self.knobs.enable_chunked_prefill or r.num_computed >= r.spec.prompt_tokens:
             return min(want, budget)
@@ -80,13 +96,16 @@ class TRTLLMScheduler(BudgetScheduler):
         k = self.knobs
         if k.batch_wait_timeout_iters == 0 or not self.waiting or not plan.num_new_tokens:
             return True
-        tokens = sum(plan.num_new_tokens.values()) + sum(r.remaining for r in self.waiting)
+        tokens = sum(plan.num_new_tokens.values()) + sum(r.remaining for r in self.waiting if self.admissible(r, None))
         if self.held_steps >= k.batch_wait_timeout_iters or tokens >= k.batch_wait_max_tokens_ratio * k.max_num_batched_tokens:
             return True
         self.held_steps += 1
         return False
 
     def schedule(self, now: float) -> StepPlan:
+        # overlap: while requests run, this step's batch was formed when the previous step was planned
+        self.formed_at = self.last_schedule if self.knobs.overlap_scheduler and self.running else now
+        self.last_schedule = now
         plan = StepPlan()
         budget = self.schedule_running(plan, self.budget())
         if not plan.preempted and self.release(plan):
