@@ -91,3 +91,16 @@ def test_fast_forward_is_exact_for_closed_loop_clients_on_several_replicas(repli
                                 "output": {"kind": "uniform", "min": 1, "max": 200},
                                 "closed_loop": {"clients": 7, "think_time_s": think}})
     assert_identical(*both(cfg))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases)
+def test_fast_forward_is_exact_with_trtllm_overlap_scheduler(p):
+    """TRT-LLM's overlap scheduler remembers when it last planned; runs (and batches started
+    without a plan) must leave it deciding exactly as single steps would."""
+    cfg = tiny_config(
+        seed=p["seed"], cluster={"replicas": p["replicas"]},
+        scheduler={"name": "trtllm", "overlap_scheduler": True, "enable_chunked_prefill": p["prefix"]},
+        kv={"num_gpu_blocks": p["blocks"], "block_size": p["block_size"], "preemption": p["preemption"]},
+        workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"]))
+    assert_identical(*both(cfg))
