@@ -95,12 +95,14 @@ def test_fast_forward_is_exact_for_closed_loop_clients_on_several_replicas(repli
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases)
-def test_fast_forward_is_exact_with_trtllm_overlap_scheduler(p):
-    """TRT-LLM's overlap scheduler remembers when it last planned; runs (and batches started
-    without a plan) must leave it deciding exactly as single steps would."""
+def test_fast_forward_is_exact_with_overlapped_scheduling(p):
+    """TRT-LLM's overlap scheduler and vLLM's async scheduling remember when they last planned;
+    runs (and batches started without a plan) must leave them deciding exactly as single steps
+    would."""
+    sched = ({"name": "trtllm", "overlap_scheduler": True, "enable_chunked_prefill": p["prefix"]} if p["seed"] % 2
+             else {"name": "vllm_v1", "async_scheduling": True})
     cfg = tiny_config(
-        seed=p["seed"], cluster={"replicas": p["replicas"]},
-        scheduler={"name": "trtllm", "overlap_scheduler": True, "enable_chunked_prefill": p["prefix"]},
+        seed=p["seed"], cluster={"replicas": p["replicas"]}, scheduler=sched,
         kv={"num_gpu_blocks": p["blocks"], "block_size": p["block_size"], "preemption": p["preemption"]},
         workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"]))
     assert_identical(*both(cfg))

@@ -178,6 +178,8 @@ def test_decode_batch_is_the_plan_schedule_would_make(name, seed, blocks, budget
         knobs = {"chunk_size": budget}
     if name == "trtllm" and seed % 2:
         knobs["overlap_scheduler"] = True
+    if name == "vllm_v1" and seed % 2:
+        knobs["async_scheduling"] = True
     s = make(name, blocks, 4, **knobs)
     pending = [req(i, int(rng.integers(1, 12)), int(rng.integers(1, 12)), arrival=0.0, max_out=12) for i in range(8)]
     checked = 0

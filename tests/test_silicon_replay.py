@@ -56,17 +56,18 @@ def test_trtllm_batch_waiting_releases_once_the_token_ratio_is_reached():
     assert step(s).num_new_tokens == {0: 1, 1: 5, 2: 5}  # 1 + 10 >= 10
 
 
-def test_trtllm_overlap_scheduler_takes_an_arrival_one_step_later():
+@pytest.mark.parametrize("name, knob", [("trtllm", "overlap_scheduler"), ("vllm_v1", "async_scheduling")])
+def test_overlapped_scheduling_takes_an_arrival_one_step_later(name, knob):
     # steps start at t = 0, 1, 2, ...; request 1 arrives at t = 0.5, while step 0 runs
     for overlap, joins in ((False, 1), (True, 2)):
-        s = make("trtllm", 60, max_num_batched_tokens=100, overlap_scheduler=overlap)
+        s = make(name, 60, max_num_batched_tokens=100, **{knob: overlap})
         s.add(req(0, 4, 10))
         assert step(s, 0.0).num_new_tokens == {0: 4}
         s.add(req(1, 5, 2, arrival=0.5))
         plans = [step(s, float(t)) for t in (1, 2)]
         # step 1's batch was formed (overlap) while step 0 ran, before the arrival: it joins step 2
         assert [p.num_new_tokens.get(1) == 5 for p in plans] == [joins == 1, joins == 2]
-    idle = make("trtllm", 60, max_num_batched_tokens=100, overlap_scheduler=True)
+    idle = make(name, 60, max_num_batched_tokens=100, **{knob: True})
     idle.add(req(0, 4, 2, arrival=0.5))
     assert step(idle, 1.0).num_new_tokens == {0: 4}  # nothing running: taken at once
 
@@ -101,9 +102,11 @@ def test_server_settings_follow_the_inferencemax_launch_scripts():
     assert server(row(dtype="bf16", silicon_data_source=OTHER), fixed) == {
         "scheduler": {"name": "trtllm", "max_num_batched_tokens": 8192, "max_tokens_oracle": True,
                       "overlap_scheduler": True}, "kv": {}}
-    assert server(row(backend="vllm"), bs) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192},
-                                               "kv": {"dtype": "fp8"}}
-    assert server(row(backend="vllm", system="h100_sxm"), bs)["kv"] == {}
+    assert server(row(backend="vllm"), bs) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192,
+                                                             "async_scheduling": True}, "kv": {"dtype": "fp8"}}
+    assert server(row(backend="vllm", system="h100_sxm"), bs) == {
+        "scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192}, "kv": {}}
+    assert "async_scheduling" not in server(row(backend="vllm", silicon_data_source=OTHER), fixed)["scheduler"]
     assert server(row(backend="sglang"), fixed) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192}, "kv": {}}
 
 

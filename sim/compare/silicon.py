@@ -252,7 +252,9 @@ def server(row, client: Client) -> dict:
         # aggregated SGLang workers (the csv's SGLang rows are its gap-analysis runs): mixed steps.
         sched = {"name": "vllm_v1", "max_num_batched_tokens": 8192}
         if imax and backend == "vllm" and row["system"] != "h100_sxm":
+            # InferenceMAX's H200 and B200 vLLM configs: kv-cache-dtype fp8, async-scheduling true
             kv["dtype"] = "fp8"
+            sched["async_scheduling"] = True
     if aiconfigurator_generated(row):
         sched |= generated_engine(backend, int(row["concurrency"]), isl)
     return {"scheduler": sched, "kv": kv}

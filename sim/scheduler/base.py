@@ -246,6 +246,16 @@ class BudgetScheduler(Scheduler):
     queue_key = None  # a static ordering of the waiting queue; None keeps arrival order
     uses_prefix_hits = True  # ``schedule_waiting`` skips the cached blocks of a fresh request
 
+    formed_at = float("-inf")  # when the batch of the step being planned was formed (``overlapped``)
+    last_schedule = float("-inf")  # when the previous step was planned (``overlapped``)
+
+    def overlapped(self) -> bool:
+        """True when the engine forms the batch of step k+1 while step k runs (vLLM's async
+        scheduling, TRT-LLM's overlap scheduler): a request that arrives during a step may join
+        only the step after the next one; an idle engine (nothing running) takes it at once.
+        Policies with such a knob override this."""
+        return False
+
     def budget(self) -> int:
         return self.knobs.max_num_batched_tokens
 
@@ -265,7 +275,9 @@ class BudgetScheduler(Scheduler):
     ``chunk`` may refuse a single token sets it False."""
 
     def admissible(self, r: Request, now: float) -> bool:
-        return True
+        """An extra admission test (``overlapped``: only requests that arrived before this
+        step's batch was formed)."""
+        return not self.overlapped() or r.spec.arrival_s <= self.formed_at
 
     def reserve(self, r: Request, total_tokens: int) -> int:
         return total_tokens
@@ -289,7 +301,8 @@ class BudgetScheduler(Scheduler):
         # budget left is the same and free blocks only shrink (a plain KV manager's refused
         # allocation has no side effects: ``static_refusal``) - unless the queue order or the
         # test moves with time.
-        return not self.waiting or (self.queue_static and self.kv.static_refusal)
+        # (overlapped: a waiting request refused now may be admitted at the next step)
+        return not self.waiting or (self.queue_static and self.kv.static_refusal and not self.overlapped())
 
     def requeue(self, victim: Request) -> None:
         if self.queue_key is None:
@@ -311,7 +324,15 @@ class BudgetScheduler(Scheduler):
                 return None
         return order
 
+    def form_batch(self, now: float) -> None:
+        """Note that the batch of a step starting at ``now`` is planned (``overlapped``: while
+        requests run, it was formed when the previous step was planned)."""
+        if self.overlapped():
+            self.formed_at = self.last_schedule if self.running else now
+            self.last_schedule = now
+
     def schedule(self, now: float) -> StepPlan:
+        self.form_batch(now)
         plan = StepPlan()
         budget = self.schedule_running(plan, self.budget())
         if not plan.preempted:

@@ -42,6 +42,8 @@ class LookaheadScheduler(Predicted, VLLMV1Scheduler):
     queue_static = False  # aged keys / an admission test reading running requests
 
     def admissible(self, r, now):
+        if not super().admissible(r, now):
+            return False
         reqs = [*self.running, r]
         peak = projected_peak_blocks([q.num_tokens for q in reqs], [self.predicted_remaining(q) for q in reqs],
                                      self.kv.block_size)

@@ -60,8 +60,9 @@ class TRTLLMScheduler(BudgetScheduler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.held_steps = 0  # consecutive steps the waiting context requests were held back
-        self.formed_at = float("-inf")  # when the batch of the step being planned was formed (overlap)
-        self.last_schedule = float("-inf")  # when the previous step was planned
+
+    def overlapped(self) -> bool:
+        return self.knobs.overlap_scheduler
 
     def reserve(self, r, total_tokens):
         if self.knobs.capacity_scheduler_policy == "MAX_UTILIZATION":
@@ -82,10 +83,6 @@ class TRTLLMScheduler(BudgetScheduler):
                     f"sequence; admission keeps {kv.watermark_blocks} of the replica's {kv.num_blocks} free")
         return super().reject_reason(req)
 
-    def admissible(self, r, now):
-        """Overlap scheduler: only requests that arrived before this step's batch was formed."""
-        return not self.knobs.overlap_scheduler or r.spec.arrival_s <= self.formed_at
-
     def chunk(self, r, want, budget):
         if self.knobs.enable_chunked_prefill or r.num_computed >= r.spec.prompt_tokens:
             return min(want, budget)
@@ -103,9 +100,7 @@ class TRTLLMScheduler(BudgetScheduler):
         return False
 
     def schedule(self, now: float) -> StepPlan:
-        # overlap: while requests run, this step's batch was formed when the previous step was planned
-        self.formed_at = self.last_schedule if self.knobs.overlap_scheduler and self.running else now
-        self.last_schedule = now
+        self.form_batch(now)
         plan = StepPlan()
         budget = self.schedule_running(plan, self.budget())
         if not plan.preempted and self.release(plan):

@@ -9,6 +9,11 @@ run out the last running request is preempted (recompute, or swap with ``kv.pree
 and no waiting request is admitted in that step. A waiting request that does not fit stops
 admission (head-of-line). Prefix-cache hits skip whole cached blocks, never the last token.
 
+Async scheduling (``async_scheduling``; ``--async-scheduling``, opt-in from vLLM 0.10 and the
+default from 0.14): the engine core schedules step k+1 while step k runs, so a request that
+arrives during a step joins the step after the next one (``BudgetScheduler.overlapped``). Off by
+default here, as in the vLLM versions this policy follows.
+
 Departures: the KV watermark (``kv.watermark``) is kept at admission (V1 has none; set 0 to
 match); no speculative decoding, no encoder budget, no ``max_num_partial_prefills``; when nothing
 is running and the head's chunk does not fit the free blocks, the chunk shrinks to fit (V1 waits).
@@ -23,11 +28,17 @@ from sim.scheduler.base import BudgetScheduler, Knobs, register
 class V1Knobs(Knobs):
     long_prefill_token_threshold: int | None = Field(
         default=None, ge=1, description="most tokens one request computes in a step (None: no cap)")
+    async_scheduling: bool = Field(default=False, description=(
+        "--async-scheduling (vLLM 0.10+, the default from 0.14): the next step is scheduled while this one "
+        "runs, so a request arriving during a step joins the one after next"))
 
 
 @register("vllm_v1")
 class VLLMV1Scheduler(BudgetScheduler):
     Knobs = V1Knobs
+
+    def overlapped(self) -> bool:
+        return self.knobs.async_scheduling
 
     def chunk(self, r, want, budget):
         cap = self.knobs.long_prefill_token_threshold
