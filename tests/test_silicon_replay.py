@@ -107,7 +107,8 @@ def test_server_settings_follow_the_inferencemax_launch_scripts():
     assert server(row(backend="vllm", system="h100_sxm"), bs) == {
         "scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192}, "kv": {}}
     assert "async_scheduling" not in server(row(backend="vllm", silicon_data_source=OTHER), fixed)["scheduler"]
-    assert server(row(backend="sglang"), fixed) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192}, "kv": {}}
+    assert server(row(backend="sglang"), fixed) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192,
+                                                                   "async_scheduling": True}, "kv": {}}
 
 
 def test_gap_analysis_rows_get_the_engine_limits_aiconfigurator_generates():

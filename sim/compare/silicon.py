@@ -251,6 +251,11 @@ def server(row, client: Client) -> dict:
         # decode batch unless --enable-mixed-chunk, which aiconfigurator's generator sets for
         # aggregated SGLang workers (the csv's SGLang rows are its gap-analysis runs): mixed steps.
         sched = {"name": "vllm_v1", "max_num_batched_tokens": 8192}
+        if backend == "sglang":
+            # SGLang's overlap schedule (``disable_overlap_schedule: false``, its default; the
+            # generator's SGLang templates have no flag that turns it off) forms the next batch
+            # while a step runs, as vLLM's async scheduling does
+            sched["async_scheduling"] = True
         if imax and backend == "vllm" and row["system"] != "h100_sxm":
             # InferenceMAX's H200 and B200 vLLM configs: kv-cache-dtype fp8, async-scheduling true
             kv["dtype"] = "fp8"
