@@ -125,7 +125,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     cols = None
     if columns:
         series = cost.decode_series(n, kv_tokens, longest, k_end)
-        cols = {c: series[c].tolist() for c in ("total", *COMPONENTS)}
+        cols = {c: v if isinstance(v, list) else v.tolist() for c, v in ((c, series[c]) for c in ("total", *COMPONENTS))}
     return grower.run(times, cols, cost.source, k_end)
 
 

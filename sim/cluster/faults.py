@@ -23,6 +23,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from sim.types import COMPONENTS, StepTime
 
 
@@ -140,6 +142,7 @@ def scale_columns(cols: dict, compute: float, link: float) -> dict:
     the same operations, so a fast-forwarded run prices exactly as its steps one by one."""
     if compute == 1.0 and link == 1.0:
         return cols
+    cols = {c: np.asarray(v) if isinstance(v, list) else v for c, v in cols.items()}  # short runs come as lists
     out = dict(cols)
     comm = cols["comm"] * link
     out["total"] = (cols["total"] + (comm - cols["comm"])) * compute

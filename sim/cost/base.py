@@ -26,8 +26,9 @@ class CostModel(Protocol):
         ...
 
     def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict | None:
-        """``decode_step`` for consecutive steps as arrays (keys ``total`` and each component,
-        plus ``source``), bit-identical and without side effects; None when not available."""
+        """``decode_step`` for consecutive steps as columns, lists or numpy arrays (keys ``total``
+        and each component, plus ``source``), bit-identical and without side effects; None when
+        not available."""
         ...
 
     def out_of_range_total(self) -> int:

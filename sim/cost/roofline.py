@@ -369,8 +369,14 @@ class RooflineCostModel:
         cpu = p.cpu_step_s + p.cpu_per_seq_s * n
         if steps >= VECTOR_STEPS:
             return gemm + 0.0 + self._decode_attn_series(n, kv_tokens, steps) + comm + other + cpu + 0.0
+        g0 = gemm + 0.0  # (the first addition of _price's total; the rest in its order)
+        return [g0 + ad + comm + other + cpu + 0.0 for ad in self._decode_attn_list(n, kv_tokens, longest, steps)]
+
+    def _decode_attn_list(self, n: int, kv_tokens: int, longest: int, steps: int) -> list[float]:
+        """Decode attention of all layers for ``steps`` consecutive steps, one Python float each
+        (the operations of ``_price``, in order: the short-run twin of ``_decode_attn_series``)."""
         full, win, W = self.layers_full, self.layers_window, self.shapes.window
-        sh = self.shapes
+        sh, p = self.shapes, self.p
         if not win and not sh.mla:  # _roof(_decode_terms) inlined: the same operations, in order
             fl = 4.0 * sh.q_heads * sh.head_dim
             kvk, kvb = 2 * sh.kv_heads * sh.head_dim, self.kvb
@@ -380,16 +386,15 @@ class RooflineCostModel:
             for kv in range(kv_tokens, kv_tokens + steps * n, n):
                 a, b = fl * kv / df, (kv * kvk * kvb + qb) / db
                 r = a if a >= b else b
-                out.append(gemm + 0.0 + full * (r if r >= floor else floor) + comm + other + cpu + 0.0)
+                out.append(full * (r if r >= floor else floor))
             return out
-        # the operations of _price for a decode-only step, one step at a time
         attn, out = self.attn_decode, []
         for j in range(steps):
             kv = kv_tokens + j * n
             ad = full * attn(n, kv, longest + j)
             if win:
                 ad = ad + win * attn(n, min(kv, n * W), min(longest + j, W))
-            out.append(gemm + 0.0 + ad + comm + other + cpu + 0.0)
+            out.append(ad)
         return out
 
     def _decode_attn_series(self, n: int, kv_tokens: int, steps: int) -> np.ndarray:
@@ -401,17 +406,24 @@ class RooflineCostModel:
         return ad
 
     def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict | None:
-        """``decode_step`` for ``steps`` consecutive steps as arrays (``total`` and each
-        component), identical values; None where ``decode_totals`` is None. No side effects
-        (the roofline has no calibrated range to leave)."""
+        """``decode_step`` for ``steps`` consecutive steps as columns (``total`` and each
+        component), identical values: lists for short runs, numpy arrays for long ones (as
+        ``decode_totals``); None where ``decode_totals`` is None. No side effects (the roofline
+        has no calibrated range to leave)."""
         if not self._plain_decode():
             return None
         n = num_seqs
         gemm, other, comm, _ = self._dense_part(n, n)
-        ad = self._decode_attn_series(n, kv_tokens, steps)
         cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n
-        total = gemm + 0.0 + ad + comm + other + cpu + 0.0
-        full = lambda v: np.full(steps, v)  # noqa: E731
+        if steps < VECTOR_STEPS:
+            ad = self._decode_attn_list(n, kv_tokens, longest, steps)
+            g0 = gemm + 0.0
+            total = [g0 + a + comm + other + cpu + 0.0 for a in ad]
+            full = lambda v: [v] * steps  # noqa: E731
+        else:
+            ad = self._decode_attn_series(n, kv_tokens, steps)
+            total = gemm + 0.0 + ad + comm + other + cpu + 0.0
+            full = lambda v: np.full(steps, v)  # noqa: E731
         return {"total": total, "gemm": full(gemm), "attn_prefill": full(0.0), "attn_decode": ad, "comm": full(comm),
                 "other_gpu": full(other), "cpu": full(cpu), "swap": full(0.0), "source": self.source}
 
