@@ -355,3 +355,17 @@ def test_trtllm_quantised_rows_replay_with_an_fp8_kv_cache():
     assert silicon.row_config({**row, "dtype": "nvfp4"}, "kerneldb")["kv"] == {"dtype": "fp8"}
     assert silicon.row_config({**row, "dtype": "bf16"}, "kerneldb")["kv"] == {}
     assert silicon.row_config({**row, "backend": "vllm"}, "kerneldb")["kv"] == {}
+
+
+@needs_db
+def test_a_full_attention_memo_starts_again_without_changing_results(monkeypatch):
+    """The attention memos are bounded (``MEMO_ENTRIES``): one that fills starts again empty, and
+    the run's requests, steps and out-of-range counts are those of an unbounded memo."""
+    cfg = {"cluster": {"replicas": 2}, "workload": {"rate": 20.0, "num_requests": 600},
+           "cost": {"model": "kerneldb"}, "output": {"plots": False, "progress": False}}
+    full = simulate(cfg)
+    monkeypatch.setattr(kerneldb, "MEMO_ENTRIES", 16)
+    small = simulate(cfg)
+    pd.testing.assert_frame_equal(full.requests, small.requests)
+    pd.testing.assert_frame_equal(full.steps, small.steps)
+    assert full.summary["sim"]["out_of_range_queries"] == small.summary["sim"]["out_of_range_queries"]

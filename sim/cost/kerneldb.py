@@ -151,6 +151,10 @@ def load_overhead(framework: str, tp: int) -> tuple[float, float, str] | None:
     return step, float(fw["per_seq_s"]), str(data.get("provenance", OVERHEAD_FILE.name))
 
 
+MEMO_ENTRIES = 1 << 20
+"""Most attention prices a kernel-database model memoises (about 150 MB at this size)."""
+
+
 class KernelDbCostModel(RooflineCostModel):
     """The roofline with GEMMs, attention, all-reduce and MoE priced from the kernel database."""
 
@@ -281,9 +285,13 @@ class KernelDbCostModel(RooflineCostModel):
         return self._lookup(self._moe, roof, (float(tokens),))
 
     def _memo(self, cache: dict, key, price) -> float:
-        """``price()`` once per ``key``; a hit counts the out-of-range queries the first pricing counted."""
+        """``price()`` once per ``key``; a hit counts the out-of-range queries the first pricing
+        counted. A memo that reaches ``MEMO_ENTRIES`` starts again empty, so a long run's memory
+        stays bounded (a value priced again is the same value, with the same count)."""
         hit = cache.get(key)
         if hit is None:
+            if len(cache) >= MEMO_ENTRIES:
+                cache.clear()
             oor0 = self._oor
             t = price()
             hit = cache[key] = (t, self._oor - oor0)
