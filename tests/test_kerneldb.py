@@ -369,3 +369,19 @@ def test_a_full_attention_memo_starts_again_without_changing_results(monkeypatch
     pd.testing.assert_frame_equal(full.requests, small.requests)
     pd.testing.assert_frame_equal(full.steps, small.steps)
     assert full.summary["sim"]["out_of_range_queries"] == small.summary["sim"]["out_of_range_queries"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), na=st.integers(2, 7), nb=st.integers(2, 7), repeat=st.booleans())
+def test_two_axis_grid_lookup_is_bit_identical_to_the_general_one(seed, na, nb, repeat):
+    """``Grid._bilinear`` (every decode step's attention lookup) unrolls ``_multilinear``: the
+    same floating-point operations, so the same value to the last bit, at axis points, between
+    them and across a zero-width cell."""
+    rng = np.random.default_rng(seed)
+    a, b = np.sort(rng.uniform(1, 1e5, na)), np.sort(rng.uniform(1, 1e6, nb))
+    if repeat:
+        a[1] = a[0]
+    g = kerneldb.Grid([a, b], rng.uniform(1e-6, 1e-2, (na, nb)))
+    for x in [(float(rng.uniform(a[0], a[-1])), float(rng.uniform(b[0], b[-1]))) for _ in range(8)] + \
+             [(float(a[i]), float(b[j])) for i in (0, na - 1) for j in (0, nb - 1)]:
+        assert g(x) == g._multilinear(x)

@@ -72,20 +72,33 @@ def engine_kernels(framework: str, tp: int) -> dict:
 
 
 class Grid:
-    """Multilinear interpolation of log time over log axes (1 to 3 axes); values in seconds."""
+    """Multilinear interpolation of log time over log axes (1 to 3 axes); values in seconds.
+    Two-axis grids (attention by batch and length, priced at every decode step) take an
+    unrolled path with the same floating-point operations as the general one (a test holds
+    them bit-identical)."""
 
     def __init__(self, axes: list[np.ndarray], t: np.ndarray):
         self.lo = [float(a[0]) for a in axes]
         self.hi = [float(a[-1]) for a in axes]
         self.la = [np.log(np.asarray(a, dtype=float)).tolist() for a in axes]
         self.lt = np.log(np.asarray(t, dtype=float))
+        self._rows = (None, None)  # (the lt they were read from, lt as nested lists)
 
     def clamp(self, x: tuple[float, ...]) -> tuple[tuple[float, ...], bool]:
-        c = tuple(min(max(v, lo), hi) for v, lo, hi in zip(x, self.lo, self.hi))
+        if len(x) == 2:
+            lo, hi = self.lo, self.hi
+            c = (min(max(x[0], lo[0]), hi[0]), min(max(x[1], lo[1]), hi[1]))
+        else:
+            c = tuple(min(max(v, lo), hi) for v, lo, hi in zip(x, self.lo, self.hi))
         return c, c != tuple(x)
 
     def __call__(self, x: tuple[float, ...]) -> float:
         """Seconds at an in-range point (callers clamp first)."""
+        if len(x) == 2 and len(self.la[0]) > 1 and len(self.la[1]) > 1:
+            return self._bilinear(x[0], x[1])
+        return self._multilinear(x)
+
+    def _multilinear(self, x: tuple[float, ...]) -> float:
         idx, wts = [], []
         for v, la in zip(x, self.la):
             lv = math.log(v)
@@ -104,6 +117,38 @@ class Grid:
                 pos.append(idx[d] + up if len(self.la[d]) > 1 else 0)
             if w:
                 acc += w * self.lt[tuple(pos)]
+        return math.exp(acc)
+
+    def _bilinear(self, x0: float, x1: float) -> float:
+        """``_multilinear`` of two axes of two or more points each, unrolled: the same
+        operations in the same order (1.0 times a weight is exact, so it is left out)."""
+        a, b = self.la
+        lv = math.log(x0)
+        i = min(max(bisect_right(a, lv) - 1, 0), len(a) - 2)
+        span = a[i + 1] - a[i]
+        w0 = (lv - a[i]) / span if span else 0.0
+        lv = math.log(x1)
+        j = min(max(bisect_right(b, lv) - 1, 0), len(b) - 2)
+        span = b[j + 1] - b[j]
+        w1 = (lv - b[j]) / span if span else 0.0
+        src, rows = self._rows
+        if src is not self.lt:  # (a subclass may replace lt after construction)
+            rows = self.lt.tolist()
+            self._rows = (self.lt, rows)
+        lo, hi = rows[i], rows[i + 1]
+        acc = 0.0
+        w = (1.0 - w0) * (1.0 - w1)
+        if w:
+            acc += w * lo[j]
+        w = w0 * (1.0 - w1)
+        if w:
+            acc += w * hi[j]
+        w = (1.0 - w0) * w1
+        if w:
+            acc += w * lo[j + 1]
+        w = w0 * w1
+        if w:
+            acc += w * hi[j + 1]
         return math.exp(acc)
 
 
