@@ -362,15 +362,23 @@ class RooflineCostModel:
         num_seqs, longest by 1 each step), with the same floating-point operations, so the
         values are identical: a list for short runs, a numpy array for long ones; None for
         subclasses that price decode attention otherwise. No side effects."""
+        parts = self._decode_parts(num_seqs, kv_tokens, longest, steps)
+        return None if parts is None else parts[-1]
+
+    def _decode_parts(self, n: int, kv_tokens: int, longest: int, steps: int):
+        """(gemm, other_gpu, comm, cpu, attn_decode per step, total per step) of ``steps``
+        consecutive decode steps, composed as ``_price`` composes a step's total: per-step values
+        as a list for short runs, a numpy array for long ones; None unless ``_plain_decode``."""
         if not self._plain_decode():
             return None
-        n, p = num_seqs, self.p
         gemm, other, comm, _ = self._dense_part(n, n)
-        cpu = p.cpu_step_s + p.cpu_per_seq_s * n
+        cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n
         if steps >= VECTOR_STEPS:
-            return gemm + 0.0 + self._decode_attn_series(n, kv_tokens, steps) + comm + other + cpu + 0.0
+            ad = self._decode_attn_series(n, kv_tokens, steps)
+            return gemm, other, comm, cpu, ad, gemm + 0.0 + ad + comm + other + cpu + 0.0
+        ad = self._decode_attn_list(n, kv_tokens, longest, steps)
         g0 = gemm + 0.0  # (the first addition of _price's total; the rest in its order)
-        return [g0 + ad + comm + other + cpu + 0.0 for ad in self._decode_attn_list(n, kv_tokens, longest, steps)]
+        return gemm, other, comm, cpu, ad, [g0 + x + comm + other + cpu + 0.0 for x in ad]
 
     def _decode_attn_list(self, n: int, kv_tokens: int, longest: int, steps: int) -> list[float]:
         """Decode attention of all layers for ``steps`` consecutive steps, one Python float each
@@ -410,20 +418,11 @@ class RooflineCostModel:
         component), identical values: lists for short runs, numpy arrays for long ones (as
         ``decode_totals``); None where ``decode_totals`` is None. No side effects (the roofline
         has no calibrated range to leave)."""
-        if not self._plain_decode():
+        parts = self._decode_parts(num_seqs, kv_tokens, longest, steps)
+        if parts is None:
             return None
-        n = num_seqs
-        gemm, other, comm, _ = self._dense_part(n, n)
-        cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n
-        if steps < VECTOR_STEPS:
-            ad = self._decode_attn_list(n, kv_tokens, longest, steps)
-            g0 = gemm + 0.0
-            total = [g0 + a + comm + other + cpu + 0.0 for a in ad]
-            full = lambda v: [v] * steps  # noqa: E731
-        else:
-            ad = self._decode_attn_series(n, kv_tokens, steps)
-            total = gemm + 0.0 + ad + comm + other + cpu + 0.0
-            full = lambda v: np.full(steps, v)  # noqa: E731
+        gemm, other, comm, cpu, ad, total = parts
+        full = (lambda v: [v] * steps) if isinstance(total, list) else (lambda v: np.full(steps, v))  # noqa: E731
         return {"total": total, "gemm": full(gemm), "attn_prefill": full(0.0), "attn_decode": ad, "comm": full(comm),
                 "other_gpu": full(other), "cpu": full(cpu), "swap": full(0.0), "source": self.source}
 
