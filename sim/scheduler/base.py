@@ -331,11 +331,17 @@ class BudgetScheduler(Scheduler):
             self.formed_at = self.last_schedule if self.running else now
             self.last_schedule = now
 
+    def release(self, plan: StepPlan) -> bool:
+        """Whether waiting requests may be admitted after the running ones got ``plan``'s
+        tokens (a policy that holds prompts back overrides it; no admission follows a preemption
+        either way)."""
+        return True
+
     def schedule(self, now: float) -> StepPlan:
         self.form_batch(now)
         plan = StepPlan()
         budget = self.schedule_running(plan, self.budget())
-        if not plan.preempted:
+        if not plan.preempted and self.release(plan):
             self.schedule_waiting(plan, budget, now)
         return plan
 

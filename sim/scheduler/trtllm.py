@@ -89,24 +89,16 @@ class TRTLLMScheduler(BudgetScheduler):
         return want if want <= budget else 0
 
     def release(self, plan: StepPlan) -> bool:
-        """Whether waiting context requests may be scheduled this step (batch waiting)."""
+        """Batch waiting: context requests are held back while the step's tokens stay under the
+        ratio, for at most ``batch_wait_timeout_iters`` steps in a row."""
         k = self.knobs
-        if k.batch_wait_timeout_iters == 0 or not self.waiting or not plan.num_new_tokens:
-            return True
-        tokens = sum(plan.num_new_tokens.values()) + sum(r.remaining for r in self.waiting if self.admissible(r, None))
-        if self.held_steps >= k.batch_wait_timeout_iters or tokens >= k.batch_wait_max_tokens_ratio * k.max_num_batched_tokens:
-            return True
-        self.held_steps += 1
-        return False
-
-    def schedule(self, now: float) -> StepPlan:
-        self.form_batch(now)
-        plan = StepPlan()
-        budget = self.schedule_running(plan, self.budget())
-        if not plan.preempted and self.release(plan):
-            self.held_steps = 0
-            self.schedule_waiting(plan, budget, now)
-        return plan
+        if not (k.batch_wait_timeout_iters == 0 or not self.waiting or not plan.num_new_tokens):
+            tokens = sum(plan.num_new_tokens.values()) + sum(r.remaining for r in self.waiting if self.admissible(r, None))
+            if self.held_steps < k.batch_wait_timeout_iters and tokens < k.batch_wait_max_tokens_ratio * k.max_num_batched_tokens:
+                self.held_steps += 1
+                return False
+        self.held_steps = 0
+        return True
 
     def decode_batch(self):
         reqs = super().decode_batch()
