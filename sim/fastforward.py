@@ -60,9 +60,9 @@ class DecodeRun:
 
 
 MAX_GUESS = 4096
-"""When a run may end at an arrival, the first step is priced alone and the next go prices as
-many steps as would fit before the arrival at that step's price (steps only get slower, so
-one go usually reaches it), at most this many; later goes grow fourfold."""
+"""When a run may end at an arrival, the first go prices as many steps as would fit before the
+arrival at a recent step's price (the replica's previous run's last step; without one, the first
+step is priced alone and sizes the next go), at most this many; later goes grow fourfold."""
 
 
 def steady_decode(sched, plan, by_id: dict) -> list[Request] | None:
@@ -138,10 +138,8 @@ def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: floa
     times, t, done = [start], start, 0
     if arrival == float("inf"):
         m = horizon
-    elif price and arrival > start:
-        m = min(MAX_GUESS, int((arrival - start) / price) + 2)
     else:
-        m = 1
+        m = _steps_until(arrival - start, price) if price and arrival > start else 1
     while done < horizon:
         m = min(m, horizon - done)
         tot = cost.decode_totals(n, kv_tokens + done * n, longest + done, m)
@@ -157,8 +155,7 @@ def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: floa
             t, done = cum[m], done + m
             if done == 1 and m == 1 and t < arrival < float("inf"):
                 # the first step's price sizes the next go: the steps until the arrival
-                x = tot[0]
-                m = min(MAX_GUESS, int((arrival - t) / x) + 2) if x > 0 else MAX_GUESS
+                m = _steps_until(arrival - t, tot[0])
                 continue
         else:
             cum = np.cumsum(np.concatenate(([t], tot)))  # sequential, like simpy's clock
@@ -172,6 +169,12 @@ def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: floa
             t, done = times[-1], done + m
         m *= 4
     return times
+
+
+def _steps_until(gap: float, price: float) -> int:
+    """How many steps of ``price`` seconds to price at once to reach ``gap`` seconds ahead (two
+    more, as later steps only get slower; at most ``MAX_GUESS``)."""
+    return min(MAX_GUESS, int(gap / price) + 2) if price > 0 else MAX_GUESS
 
 
 def _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival) -> DecodeRun:

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import NamedTuple
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
