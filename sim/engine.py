@@ -146,6 +146,7 @@ class Engine:
         self.itl = ItlSketch() if self.sink is not None else ItlLog()
         self.fast_forward = cfg.engine.fast_forward and record_plans is False and fast_forward_exact(cfg, self.route)
         self.upcoming: deque = deque()  # arrivals read ahead of time (open loop)
+        self.ahead: list[deque] | None = None  # per replica, the arrival times of its upcoming requests (``_read_ahead``)
         self.env = simpy.Environment()
         self.arrivals_done = False
         self.progress = progress
@@ -299,23 +300,17 @@ class Engine:
 
     def next_arrival_for(self, rep: Replica) -> float:
         """The earliest time a new request can reach ``rep`` (a lower bound): with one replica
-        the next arrival; otherwise the router's ``turns`` tell which upcoming arrival is this
-        replica's."""
+        the next arrival; otherwise the router's ``turns`` told which upcoming arrivals are this
+        replica's as they were read ahead (``_read_ahead``)."""
         if self.cfg.workload.closed_loop is not None:  # any replica: a lower bound
             return min(self.clients.wakes.values(), default=float("inf"))
         up = self.upcoming
         if not up:
             return float("inf")
-        if len(self.replicas) == 1 or self.dynamic:  # a changing pool: any arrival may come here
+        if self.ahead is None:  # one replica, or a changing pool: any arrival may come here
             return up[0].arrival_s
-        ctx = self.model.max_context
-        turns = self.route.turns(self.route_state, len(self.entry_pool))
-        for spec in up:
-            if spec.prompt_tokens + spec.output_tokens > ctx:
-                continue  # rejected before routing: takes no turn
-            if next(turns) == rep.idx:
-                return spec.arrival_s
-        return up[-1].arrival_s  # beyond the read-ahead: not before the last one read
+        mine = self.ahead[rep.idx]
+        return mine[0] if mine else up[-1].arrival_s  # beyond the read-ahead: not before the last one read
 
     def _cost(self, rep: Replica, start: float):
         """The cost model for a step of ``rep`` starting at ``start``: slowed by the faults
@@ -333,12 +328,15 @@ class Engine:
         it = iter(self.workload)
         ahead = 2 * len(self.replicas)  # specs read ahead, so a replica can know its next arrival
         up = self.upcoming
+        turn_of = self._read_ahead()
         while True:
             while len(up) < ahead:
                 spec = next(it, None)
                 if spec is None:
                     break
                 up.append(spec)
+                if turn_of is not None:
+                    turn_of(spec)
             if not up:
                 break
             spec = up[0]
@@ -346,8 +344,36 @@ class Engine:
             if delay > 0:
                 yield env.timeout(delay)
             up.popleft()
+            if turn_of is not None:
+                turn_of(None)
             self.admit(spec)
         self._arrivals_finished()
+
+    def _read_ahead(self):
+        """With several replicas, a fixed pool and a router whose turns are known (what the
+        fast-forward needs), the function that files each spec read ahead under the replica it
+        will go to (``self.ahead``, read by ``next_arrival_for``; called with None when the
+        oldest spec read is admitted); else None."""
+        if not self.fast_forward or len(self.replicas) == 1 or self.dynamic:
+            return None
+        ctx = self.model.max_context
+        turns = self.route.turns(self.route_state, len(self.entry_pool))  # the picks of every routed request, in order
+        self.ahead = per_rep = [deque() for _ in self.replicas]
+        filed: deque = deque()  # the replica of each spec in ``upcoming`` (None: rejected before routing)
+
+        def turn_of(spec) -> None:
+            if spec is None:
+                i = filed.popleft()
+                if i is not None:
+                    per_rep[i].popleft()
+            elif spec.prompt_tokens + spec.output_tokens > ctx:
+                filed.append(None)  # rejected before routing: takes no turn
+            else:
+                i = next(turns)
+                filed.append(i)
+                per_rep[i].append(spec.arrival_s)
+
+        return turn_of
 
     def _arrivals_finished(self):
         """No request will arrive any more (or, after that, the last open request ended): note

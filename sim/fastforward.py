@@ -221,27 +221,34 @@ class BlockGrower:
     def grow_until(self, k_end: int) -> int:
         """Allocate for the steps before ``k_end``; returns the first step the pool cannot give
         (``k_end`` if it can give them all)."""
-        kv, bs, due, reqs = self.kv, self.kv.block_size, self.due, self.reqs
-        if min(due) >= k_end:  # the common short run: no request crosses a block boundary
+        kv, due = self.kv, self.due
+        first = min(due)
+        if first >= k_end:  # the common short run: no request crosses a block boundary
             return k_end
-        # (step, request index): every block needed before k_end, in allocation order
-        events = [(k, i) for i, k in enumerate(due) if k < k_end]
-        if min(due) + bs < k_end:  # some request crosses more than one block boundary
-            events += [(k2, i) for k, i in events for k2 in range(k + bs, k_end, bs)]
+        # every block needed before k_end as one integer, step * n + request index, so that
+        # sorting them gives the allocation order (by step, then running order)
+        bs, n = kv.block_size, len(due)
+        events = [k * n + i for i, k in enumerate(due) if k < k_end]
+        if first + bs < k_end:  # some request crosses more than one block boundary
+            stride, end = bs * n, k_end * n
+            events += [e2 for e in events for e2 in range(e + stride, end, stride)]
         events.sort()
-        j, m = 0, len(events)
+        m = len(events)
         if kv.bulk_growth and kv.can_allocate(m):  # the pool gives them all: no step can be refused
-            blocks, tables, used = kv.pool.take(m), kv.tables, kv.num_used - m
-            for b, (k, i) in zip(blocks, events):
+            pool, tables, reqs = kv.pool, kv.tables, self.reqs
+            used = pool.num_used
+            changes, prev = self.changes, events[0] // n
+            for j, (b, e) in enumerate(zip(pool.take(m), events)):
+                k, i = divmod(e, n)
                 tables[reqs[i].id].append(b)
                 due[i] = k + bs
-            changes, prev = self.changes, events[0][0]
-            for j, (k, _) in enumerate(events):
                 if k != prev:
                     changes.append((prev, used + j))
                     prev = k
             changes.append((prev, used + m))
             return k_end
+        events = [divmod(e, n) for e in events]
+        j, reqs = 0, self.reqs
         while j < m:
             k = events[j][0]
             e = j + 1
