@@ -264,19 +264,24 @@ class Engine:
         from, returning False when the pool cannot give the first step's blocks: only a batch
         that no plan has allocated for, which the loop then plans)."""
         arrival = self.next_arrival_for(rep)
+        cost = rep.cost
         if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
             arrival = min(arrival, self.faults.next_change(rep.idx, start))
-        run = decode_run(reqs, rep.kv, self._cost(rep, start), start, arrival, self.steps.keep_rows, rep.step_s)
+            cost = self._cost(rep, start)
+        run = decode_run(reqs, rep.kv, cost, start, arrival, self.steps.keep_rows, rep.step_s)
         if not run.steps:
             return False
-        rep.step_s = run.times[-1] - run.times[-2]
-        waiting = len(rep.scheduler.waiting)  # arrivals can land only in the run's last step
-        rep.run = (run, waiting)
-        yield _At(self.env, run.times[-1])
+        times = run.times
+        end = times[-1]
+        rep.step_s = end - times[-2]
+        waiting = rep.scheduler.waiting
+        w0 = len(waiting)  # arrivals can land only in the run's last step
+        rep.run = (run, w0)
+        yield _At(self.env, end)
         rep.run = None
-        for r in lifecycle.complete_run(reqs, run.times, run.steps, self.itl):
+        for r in lifecycle.complete_run(reqs, times, run.steps, self.itl):
             self._leave(rep, r)
-        self.steps.add_run(rep.idx, run, waiting, len(rep.scheduler.waiting), rep.kv.num_used)
+        self.steps.add_run(rep.idx, run, w0, len(waiting), rep.kv.num_used)
         return True
 
     def _leave(self, rep: Replica, r: Request) -> None:

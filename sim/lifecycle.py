@@ -125,28 +125,33 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
     start0, end, first_end = times[0], times[-1], times[1]
     gaps = list(map(sub, times[2: steps + 1], times[1:steps]))  # "now - start" of each later step
     run_max = max(gaps) if gaps else 0.0
+    step_gap = first_end - start0  # the first step's gap of a request whose last token came at its start
+    m0 = step_gap if step_gap > run_max else run_max
     same = 0
     done = []
+    finished = Status.FINISHED
     for r in reqs:  # the first step's gaps, grouped as complete_step groups them
         last = r.last_token_s
-        gap = first_end - last
         if last == start0:
             same += 1
-        elif itl is not None:
-            itl.add(gap, 1)
-        m = gap if gap > run_max else run_max
+            m = m0
+        else:
+            gap = first_end - last
+            if itl is not None:
+                itl.add(gap, 1)
+            m = gap if gap > run_max else run_max
         if m > r.max_itl_s:
             r.max_itl_s = m
         r.num_computed += steps
         g = r.num_generated = r.num_generated + steps
         r.last_token_s = end
         if g >= r.output_tokens:
-            r.status = Status.FINISHED
+            r.status = finished
             r.finish_s = end
             done.append(r)
     if itl is not None:
         if same:
-            itl.add(first_end - start0, same)
+            itl.add(step_gap, same)
         if gaps:
             itl.extend(gaps, len(reqs))
     return done
