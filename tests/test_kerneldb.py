@@ -391,6 +391,21 @@ def test_two_axis_grid_lookup_is_bit_identical_to_the_general_one(seed, na, nb, 
     assert g.along(x0, xs) == [g((x0, x)) for x in xs]
 
 
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), shape=st.tuples(*[st.integers(2, 6)] * 3), repeat=st.integers(-1, 2))
+def test_three_axis_grid_lookup_is_bit_identical_to_the_general_one(seed, shape, repeat):
+    """``Grid._trilinear`` (GEMMs by m, n, k) unrolls ``_multilinear`` the same way."""
+    rng = np.random.default_rng(seed)
+    axes = [np.sort(rng.uniform(1, 1e5, n)) for n in shape]
+    if repeat >= 0:
+        axes[repeat][1] = axes[repeat][0]
+    g = kerneldb.Grid(axes, rng.uniform(1e-6, 1e-2, shape))
+    corners = [tuple(float(a[i]) for a, i in zip(axes, c)) for c in np.ndindex(2, 2, 2)]
+    for x in [tuple(float(rng.uniform(a[0], a[-1])) for a in axes) for _ in range(8)] + \
+             [tuple(float(a[0] if i == 0 else a[-1]) for a, i in zip(axes, c)) for c in np.ndindex(2, 2, 2)] + corners:
+        assert g(x) == g._multilinear(x)
+
+
 # a decode run: (batch size, longest context, extra KV tokens, steps priced, steps kept, first
 # go's share, continue the previous run); sizes and lengths reach past the decode tables
 # (2048 sequences; 64k or 128k tokens) and below their shortest length

@@ -73,9 +73,10 @@ def engine_kernels(framework: str, tp: int) -> dict:
 
 class Grid:
     """Multilinear interpolation of log time over log axes (1 to 3 axes); values in seconds.
-    Two-axis grids (attention by batch and length, priced at every decode step) take an
-    unrolled path with the same floating-point operations as the general one (a test holds
-    them bit-identical)."""
+    Two-axis grids (attention by batch and length, priced at every decode step) and three-axis
+    grids (GEMMs by m, n, k, priced at every step of a new token count) of two or more points
+    per axis take unrolled paths with the same floating-point operations as the general one
+    (tests hold them bit-identical)."""
 
     def __init__(self, axes: list[np.ndarray], t: np.ndarray):
         self.lo = [float(a[0]) for a in axes]
@@ -83,6 +84,7 @@ class Grid:
         self.la = [np.log(np.asarray(a, dtype=float)).tolist() for a in axes]
         self.lt = np.log(np.asarray(t, dtype=float))
         self._rows = (None, None)  # (the lt they were read from, lt as nested lists)
+        self._dims = len(axes) if len(axes) in (2, 3) and all(len(a) > 1 for a in self.la) else 0  # unrolled
 
     def clamp(self, x: tuple[float, ...]) -> tuple[tuple[float, ...], bool]:
         if len(x) == 2:
@@ -94,8 +96,10 @@ class Grid:
 
     def __call__(self, x: tuple[float, ...]) -> float:
         """Seconds at an in-range point (callers clamp first)."""
-        if len(x) == 2 and len(self.la[0]) > 1 and len(self.la[1]) > 1:
+        if self._dims == 2:
             return self._bilinear(x[0], x[1])
+        if self._dims == 3:
+            return self._trilinear(x[0], x[1], x[2])
         return self._multilinear(x)
 
     def _multilinear(self, x: tuple[float, ...]) -> float:
@@ -148,6 +152,55 @@ class Grid:
             acc += w * hi[j + 1]
         return math.exp(acc)
 
+    def _trilinear(self, x0: float, x1: float, x2: float) -> float:
+        """``_multilinear`` of three axes of two or more points each, unrolled: the same
+        operations in the same order (corners with the first axis varying fastest; 1.0 times a
+        weight is exact, so it is left out)."""
+        a, b, c = self.la
+        lv = math.log(x0)
+        i = min(max(bisect_right(a, lv) - 1, 0), len(a) - 2)
+        span = a[i + 1] - a[i]
+        wi = (lv - a[i]) / span if span else 0.0
+        lv = math.log(x1)
+        j = min(max(bisect_right(b, lv) - 1, 0), len(b) - 2)
+        span = b[j + 1] - b[j]
+        wj = (lv - b[j]) / span if span else 0.0
+        lv = math.log(x2)
+        k = min(max(bisect_right(c, lv) - 1, 0), len(c) - 2)
+        span = c[k + 1] - c[k]
+        wk = (lv - c[k]) / span if span else 0.0
+        rows = self._table()
+        p, q = rows[i], rows[i + 1]
+        p0, p1, q0, q1 = p[j], p[j + 1], q[j], q[j + 1]  # (i, j), (i, j+1), (i+1, j), (i+1, j+1)
+        ui, uj, uk = 1.0 - wi, 1.0 - wj, 1.0 - wk
+        acc = 0.0
+        w = ui * uj * uk
+        if w:
+            acc += w * p0[k]
+        w = wi * uj * uk
+        if w:
+            acc += w * q0[k]
+        w = ui * wj * uk
+        if w:
+            acc += w * p1[k]
+        w = wi * wj * uk
+        if w:
+            acc += w * q1[k]
+        k += 1
+        w = ui * uj * wk
+        if w:
+            acc += w * p0[k]
+        w = wi * uj * wk
+        if w:
+            acc += w * q0[k]
+        w = ui * wj * wk
+        if w:
+            acc += w * p1[k]
+        w = wi * wj * wk
+        if w:
+            acc += w * q1[k]
+        return math.exp(acc)
+
     def _table(self) -> list:
         """``lt`` as nested lists (read again when a subclass replaced ``lt`` after construction)."""
         src, rows = self._rows
@@ -196,7 +249,7 @@ class Grid:
     @property
     def two_axes(self) -> bool:
         """True for two axes of two or more points each (the grids ``along`` serves)."""
-        return len(self.la) == 2 and len(self.la[0]) > 1 and len(self.la[1]) > 1
+        return self._dims == 2
 
 
 def _attn_grid(rows: np.ndarray, heads: int, kv_heads: int, head_dim: int, kv_fp8: bool,
