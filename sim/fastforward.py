@@ -122,6 +122,8 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
         return _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival)
     k_end = grower.grow_until(len(times) - 1)
     del times[k_end + 1:]
+    if hasattr(cost, "count_decode_run"):  # a model whose decode_totals counts nothing counts the steps kept
+        cost.count_decode_run(n, kv_tokens, longest, k_end)
     cols = None
     if columns:
         series = cost.decode_series(n, kv_tokens, longest, k_end)

@@ -18,7 +18,7 @@ from sim.cli import main
 from sim.config import load_config
 from sim.cost import kerneldb, kerneldb_data as kd
 from sim.cost import make_cost_model
-from sim.types import BatchShape
+from sim.types import COMPONENTS, BatchShape
 
 needs_db = pytest.mark.skipif(kd.package_root() is None,
                               reason="aiconfigurator-core (extra kernels-db) is not installed")
@@ -385,3 +385,88 @@ def test_two_axis_grid_lookup_is_bit_identical_to_the_general_one(seed, na, nb, 
     for x in [(float(rng.uniform(a[0], a[-1])), float(rng.uniform(b[0], b[-1]))) for _ in range(8)] + \
              [(float(a[i]), float(b[j])) for i in (0, na - 1) for j in (0, nb - 1)]:
         assert g(x) == g._multilinear(x)
+    # ``along`` (a decode run's lookups at one batch size) is ``_bilinear`` point by point
+    x0 = float(rng.choice([a[0], a[-1], rng.uniform(a[0], a[-1])]))
+    xs = sorted([float(v) for v in rng.uniform(b[0], b[-1], 12)] + [float(b[0]), float(b[-1])])
+    assert g.along(x0, xs) == [g((x0, x)) for x in xs]
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), shape=st.tuples(*[st.integers(2, 6)] * 3), repeat=st.integers(-1, 2))
+def test_three_axis_grid_lookup_is_bit_identical_to_the_general_one(seed, shape, repeat):
+    """``Grid._trilinear`` (GEMMs by m, n, k) unrolls ``_multilinear`` the same way."""
+    rng = np.random.default_rng(seed)
+    axes = [np.sort(rng.uniform(1, 1e5, n)) for n in shape]
+    if repeat >= 0:
+        axes[repeat][1] = axes[repeat][0]
+    g = kerneldb.Grid(axes, rng.uniform(1e-6, 1e-2, shape))
+    corners = [tuple(float(a[i]) for a, i in zip(axes, c)) for c in np.ndindex(2, 2, 2)]
+    for x in [tuple(float(rng.uniform(a[0], a[-1])) for a in axes) for _ in range(8)] + \
+             [tuple(float(a[0] if i == 0 else a[-1]) for a, i in zip(axes, c)) for c in np.ndindex(2, 2, 2)] + corners:
+        assert g(x) == g._multilinear(x)
+
+
+# a decode run: (batch size, longest context, extra KV tokens, steps priced, steps kept, first
+# go's share, continue the previous run); sizes and lengths reach past the decode tables
+# (2048 sequences; 64k or 128k tokens) and below their shortest length
+DECODE_RUNS = st.lists(st.tuples(
+    st.sampled_from([1, 2, 3, 8, 255, 2048, 2049, 3000]) | st.integers(1, 4096),
+    st.sampled_from([1, 2, 3, 900, 65535, 65537, 131073, 200000]) | st.integers(1, 140_000),
+    st.integers(0, 10**9), st.integers(0, 80), st.integers(0, 80), st.floats(0, 1), st.booleans()),
+    min_size=1, max_size=4)
+
+
+def assert_decode_runs_are_single_steps(make, runs) -> None:
+    """Decode runs priced as the fast-forward prices them (``decode_totals`` in two goes, then
+    ``count_decode_run`` and ``decode_series`` of the steps kept) give exactly the values of the
+    same steps priced one at a time by ``decode_step``, and the same out-of-range count after
+    every run; pricing alone counts nothing. ``make`` builds a fresh model."""
+    fast, slow, ref = make(), make(), make()
+    last = None
+    for n, longest, extra, steps, keep, share, cont in runs:
+        if cont and last is not None:
+            n, kv, longest = last
+        else:
+            kv = n + extra % (n * (longest - 1) + 1)  # n <= kv <= n * longest
+        keep, first = min(keep, steps), int(share * steps)
+        counted = fast.out_of_range_total()
+        totals = fast.decode_totals(n, kv, longest, first) + \
+            fast.decode_totals(n, kv + first * n, longest + first, steps - first)
+        assert fast.out_of_range_total() == counted
+        fast.count_decode_run(n, kv, longest, keep)
+        counted = fast.out_of_range_total()
+        series = fast.decode_series(n, kv, longest, keep)
+        assert fast.out_of_range_total() == counted
+        want = [ref.decode_step(n, kv + j * n, longest + j) for j in range(steps)]
+        for j in range(keep):
+            slow.decode_step(n, kv + j * n, longest + j)
+        assert totals == [w.total for w in want]
+        for c in COMPONENTS:
+            assert series[c] == [getattr(w, c) for w in want[:keep]], c
+        assert series["source"] == fast.source
+        assert fast.out_of_range_total() == slow.out_of_range_total()
+        last = (n, kv + keep * n, longest + keep)
+
+
+@needs_db
+@settings(max_examples=60, deadline=None)
+@given(case=st.sampled_from([(m, fw) for fw in kd.FRAMEWORKS
+                             for m in ({}, {"model": "llama-3.1-70b", "hw": "h200-sxm", "tp": 4, "dtype": "fp8"})]),
+       runs=DECODE_RUNS)
+def test_decode_runs_are_priced_as_single_steps(case, runs):
+    kw, framework = case
+    assert_decode_runs_are_single_steps(lambda: _cm(framework=framework, **kw), runs)
+
+
+@needs_db
+def test_fast_forward_counts_only_the_steps_a_run_keeps():
+    """Contexts past the decode table (64k tokens) count an out-of-range query at every decode
+    step; runs cut by arrivals price steps they do not keep: the count is that of single steps."""
+    from test_fast_forward import assert_identical, both
+
+    cfg = tiny_config(cost={"model": "kerneldb"}, kv={"num_gpu_blocks": 30000},
+                      workload={"rate": 0.5, "num_requests": 12, "output": {"kind": "uniform", "min": 1, "max": 600},
+                                "prompt": {"kind": "uniform", "min": 60000, "max": 70000}})
+    on, off = both(cfg)
+    assert_identical(on, off)
+    assert on.summary["sim"]["out_of_range_queries"] > 100

@@ -6,8 +6,11 @@ import json
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import tiny_config
+from test_kerneldb import DECODE_RUNS, assert_decode_runs_are_single_steps
 from sim import simulate
 from sim.catalog import get_hardware, get_model
 from sim.config import load_config
@@ -205,3 +208,15 @@ def test_fast_forward_is_exact_for_moe_and_mla(model, hw, tp, dtype):
     a = make_cost_model(load_config(cfg), get_model(model), get_hardware(hw))
     ctx = (100, 2000, 517)
     assert a.step_time(BatchShape((1,) * 3, ctx, tp=tp)) == a.decode_step(3, sum(c + 1 for c in ctx), max(ctx) + 1)
+
+
+@needs_db
+@settings(max_examples=40, deadline=None)
+@given(case=st.sampled_from([(m, fw) for m in ({"model": "gpt-oss-120b", "hw": "h100-sxm", "tp": 1, "dtype": "mxfp4"},
+                                              {"model": "deepseek-v3"}) for fw in kd.FRAMEWORKS]),
+       runs=DECODE_RUNS)
+def test_decode_runs_are_priced_as_single_steps(case, runs):
+    """MoE with sliding-window layers (gpt-oss) and MLA (DeepSeek-V3: the module table of vLLM
+    and TRT-LLM, SGLang's kernel plus absorption BMMs) as the dense models."""
+    kw, framework = case
+    assert_decode_runs_are_single_steps(lambda: _cm(framework=framework, **kw), runs)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 import numpy as np
@@ -73,9 +73,10 @@ def engine_kernels(framework: str, tp: int) -> dict:
 
 class Grid:
     """Multilinear interpolation of log time over log axes (1 to 3 axes); values in seconds.
-    Two-axis grids (attention by batch and length, priced at every decode step) take an
-    unrolled path with the same floating-point operations as the general one (a test holds
-    them bit-identical)."""
+    Two-axis grids (attention by batch and length, priced at every decode step) and three-axis
+    grids (GEMMs by m, n, k, priced at every step of a new token count) of two or more points
+    per axis take unrolled paths with the same floating-point operations as the general one
+    (tests hold them bit-identical)."""
 
     def __init__(self, axes: list[np.ndarray], t: np.ndarray):
         self.lo = [float(a[0]) for a in axes]
@@ -83,6 +84,7 @@ class Grid:
         self.la = [np.log(np.asarray(a, dtype=float)).tolist() for a in axes]
         self.lt = np.log(np.asarray(t, dtype=float))
         self._rows = (None, None)  # (the lt they were read from, lt as nested lists)
+        self._dims = len(axes) if len(axes) in (2, 3) and all(len(a) > 1 for a in self.la) else 0  # unrolled
 
     def clamp(self, x: tuple[float, ...]) -> tuple[tuple[float, ...], bool]:
         if len(x) == 2:
@@ -94,8 +96,10 @@ class Grid:
 
     def __call__(self, x: tuple[float, ...]) -> float:
         """Seconds at an in-range point (callers clamp first)."""
-        if len(x) == 2 and len(self.la[0]) > 1 and len(self.la[1]) > 1:
+        if self._dims == 2:
             return self._bilinear(x[0], x[1])
+        if self._dims == 3:
+            return self._trilinear(x[0], x[1], x[2])
         return self._multilinear(x)
 
     def _multilinear(self, x: tuple[float, ...]) -> float:
@@ -131,10 +135,7 @@ class Grid:
         j = min(max(bisect_right(b, lv) - 1, 0), len(b) - 2)
         span = b[j + 1] - b[j]
         w1 = (lv - b[j]) / span if span else 0.0
-        src, rows = self._rows
-        if src is not self.lt:  # (a subclass may replace lt after construction)
-            rows = self.lt.tolist()
-            self._rows = (self.lt, rows)
+        rows = self._table()
         lo, hi = rows[i], rows[i + 1]
         acc = 0.0
         w = (1.0 - w0) * (1.0 - w1)
@@ -150,6 +151,105 @@ class Grid:
         if w:
             acc += w * hi[j + 1]
         return math.exp(acc)
+
+    def _trilinear(self, x0: float, x1: float, x2: float) -> float:
+        """``_multilinear`` of three axes of two or more points each, unrolled: the same
+        operations in the same order (corners with the first axis varying fastest; 1.0 times a
+        weight is exact, so it is left out)."""
+        a, b, c = self.la
+        lv = math.log(x0)
+        i = min(max(bisect_right(a, lv) - 1, 0), len(a) - 2)
+        span = a[i + 1] - a[i]
+        wi = (lv - a[i]) / span if span else 0.0
+        lv = math.log(x1)
+        j = min(max(bisect_right(b, lv) - 1, 0), len(b) - 2)
+        span = b[j + 1] - b[j]
+        wj = (lv - b[j]) / span if span else 0.0
+        lv = math.log(x2)
+        k = min(max(bisect_right(c, lv) - 1, 0), len(c) - 2)
+        span = c[k + 1] - c[k]
+        wk = (lv - c[k]) / span if span else 0.0
+        rows = self._table()
+        p, q = rows[i], rows[i + 1]
+        p0, p1, q0, q1 = p[j], p[j + 1], q[j], q[j + 1]  # (i, j), (i, j+1), (i+1, j), (i+1, j+1)
+        ui, uj, uk = 1.0 - wi, 1.0 - wj, 1.0 - wk
+        acc = 0.0
+        w = ui * uj * uk
+        if w:
+            acc += w * p0[k]
+        w = wi * uj * uk
+        if w:
+            acc += w * q0[k]
+        w = ui * wj * uk
+        if w:
+            acc += w * p1[k]
+        w = wi * wj * uk
+        if w:
+            acc += w * q1[k]
+        k += 1
+        w = ui * uj * wk
+        if w:
+            acc += w * p0[k]
+        w = wi * uj * wk
+        if w:
+            acc += w * q0[k]
+        w = ui * wj * wk
+        if w:
+            acc += w * p1[k]
+        w = wi * wj * wk
+        if w:
+            acc += w * q1[k]
+        return math.exp(acc)
+
+    def _table(self) -> list:
+        """``lt`` as nested lists (read again when a subclass replaced ``lt`` after construction)."""
+        src, rows = self._rows
+        if src is not self.lt:
+            rows = self.lt.tolist()
+            self._rows = (self.lt, rows)
+        return rows
+
+    def along(self, x0: float, xs: list[float]) -> list[float]:
+        """``self((x0, x))`` for each ``x`` of ``xs`` on a two-axis grid of two or more points per
+        axis, every point in range: ``_bilinear`` with the first axis' cell and weight found
+        once, the same operations otherwise (a run of decode steps at one batch size)."""
+        a, b = self.la
+        lv = math.log(x0)
+        i = min(max(bisect_right(a, lv) - 1, 0), len(a) - 2)
+        span = a[i + 1] - a[i]
+        w0 = (lv - a[i]) / span if span else 0.0
+        u0 = 1.0 - w0
+        rows = self._table()
+        lo, hi = rows[i], rows[i + 1]
+        last, log, exp = len(b) - 2, math.log, math.exp
+        out = []
+        for x in xs:
+            lv = log(x)
+            j = bisect_right(b, lv) - 1
+            j = 0 if j < 0 else (last if j > last else j)
+            span = b[j + 1] - b[j]
+            w1 = (lv - b[j]) / span if span else 0.0
+            u1 = 1.0 - w1
+            acc = 0.0
+            w = u0 * u1
+            if w:
+                acc += w * lo[j]
+            w = w0 * u1
+            if w:
+                acc += w * hi[j]
+            w = u0 * w1
+            if w:
+                acc += w * lo[j + 1]
+            w = w0 * w1
+            if w:
+                acc += w * hi[j + 1]
+            out.append(exp(acc))
+        return out
+
+    @property
+    def two_axes(self) -> bool:
+        """True for two axes of two or more points each (the grids ``along`` serves)."""
+        return self._dims == 2
 
 
 def _attn_grid(rows: np.ndarray, heads: int, kv_heads: int, head_dim: int, kv_fp8: bool,
@@ -234,6 +334,8 @@ class KernelDbCostModel(RooflineCostModel):
         self._gemms: dict[str, Grid] = {}
         self._attn_p: dict = {}
         self._attn_d: dict = {}
+        self._decode_dense: dict = {}  # batch size -> (gemm, other_gpu, comm, out-of-range queries) of a decode step
+        self._last_run = None  # (batch size, kv tokens, longest, attention per step, its queries out of range)
 
     def _load_gemms(self, arrays: dict, dtypes) -> None:
         """The GEMM tables of ``dtypes`` (by m, n, k); a missing one is a ``KernelDbUnavailable``."""
@@ -407,6 +509,128 @@ class KernelDbCostModel(RooflineCostModel):
         if self.pp > 1:
             comm += (self.pp - 1) * (tokens * s.hidden * 2 / self.hw.link_bw + self.p.allreduce_latency_s)
         return other, comm
+
+    # ------------------------------------------------------------------ decode runs
+    def decode_totals(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> list[float]:
+        """The ``total`` of ``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by
+        num_seqs, longest by 1 each step), as a list: the same floating-point operations, so the
+        same values. Counts nothing: the fast-forward may price more steps than a run keeps, and
+        counts the out-of-range queries of the steps kept with ``count_decode_run``."""
+        gemm, other, comm, cpu, ad = self._decode_parts(num_seqs, kv_tokens, longest, steps)
+        g0 = gemm + 0.0  # (the first addition of _price's total; the rest in its order)
+        return [g0 + x + comm + other + cpu + 0.0 for x in ad]
+
+    def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict:
+        """``decode_step`` for ``steps`` consecutive steps as columns (``total`` and each
+        component, lists of the same values); counts nothing (as ``decode_totals``)."""
+        gemm, other, comm, cpu, ad = self._decode_parts(num_seqs, kv_tokens, longest, steps)
+        g0 = gemm + 0.0
+        return {"total": [g0 + x + comm + other + cpu + 0.0 for x in ad], "gemm": [gemm] * steps,
+                "attn_prefill": [0.0] * steps, "attn_decode": ad, "comm": [comm] * steps,
+                "other_gpu": [other] * steps, "cpu": [cpu] * steps, "swap": [0.0] * steps, "source": self.source}
+
+    def count_decode_run(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> None:
+        """Count the out-of-range queries of ``steps`` consecutive decode steps as ``decode_step``
+        one step after another would: ``_dense_part`` once (a first pricing of this batch size
+        counts there, as in the run's first step), then each step's dense part and attention."""
+        if steps <= 0:
+            return
+        dense = self._dense_part(num_seqs, num_seqs)[3]
+        self._oor += dense * steps + sum(self._decode_attn(num_seqs, kv_tokens, longest, steps)[1])
+
+    def _decode_parts(self, n: int, kv_tokens: int, longest: int, steps: int):
+        """(gemm, other_gpu, comm, cpu, attention of each step) of a decode run, as ``_price``
+        composes them, counting nothing."""
+        gemm, other, comm, _ = self._decode_dense_part(n)
+        cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n
+        return gemm, other, comm, cpu, self._decode_attn(n, kv_tokens, longest, steps)[0]
+
+    def _decode_dense_part(self, n: int) -> tuple[float, float, float, int]:
+        """``_dense_part(n, n)`` (gemm, other_gpu, comm, out-of-range queries of a decode step of
+        ``n`` sequences) without counting them or filling its cache, so that a step that runs
+        later is priced and counted as if this had not been asked (bounded as the memos)."""
+        hit = self._decode_dense.get(n)
+        if hit is None:
+            if len(self._decode_dense) >= MEMO_ENTRIES:
+                self._decode_dense.clear()
+            oor0 = self._oor
+            gemm, other, comm = self._dense_terms(n, n)
+            hit = self._decode_dense[n] = (gemm, other, comm, self._oor - oor0)
+            self._oor = oor0
+        return hit
+
+    def _decode_attn(self, n: int, kv_tokens: int, longest: int, steps: int) -> tuple[list[float], list[int]]:
+        """The decode attention of every layer at each step of a run, as ``_price`` composes it,
+        and the out-of-range queries of each (not counted). A run that continues the one asked
+        last (the fast-forward prices a run in goes, then its columns and its counts) reads and
+        extends that one's values; at most ``MEMO_ENTRIES`` steps are kept."""
+        run = self._last_run
+        if run is not None and run[0] == n and longest >= run[2] and kv_tokens == run[1] + (longest - run[2]) * n:
+            off, ad, outs = longest - run[2], run[3], run[4]
+            if off <= len(ad) and off + steps <= MEMO_ENTRIES:
+                if off + steps > len(ad):
+                    k = len(ad)
+                    more = self._decode_attn_priced(n, run[1] + k * n, run[2] + k, off + steps - k)
+                    ad += more[0]
+                    outs += more[1]
+                return ad[off: off + steps], outs[off: off + steps]
+        ad, outs = self._decode_attn_priced(n, kv_tokens, longest, steps)
+        self._last_run = (n, kv_tokens, longest, ad, outs) if steps <= MEMO_ENTRIES else None
+        return ad[:], outs[:]
+
+    def _decode_attn_priced(self, n: int, kv_tokens: int, longest: int, steps: int) -> tuple[list[float], list[int]]:
+        """``_decode_attn`` priced: ``full * attn_decode`` of each step, plus the sliding-window
+        layers' (at min(KV, n W) tokens), and the out-of-range queries of each."""
+        full, win = self.layers_full, self.layers_window
+        a, outs = self._attn_decode_run(n, kv_tokens, longest, steps)
+        ad = [full * x for x in a]
+        if win:
+            W = self.shapes.window
+            aw, ow = self._quiet_attn_decode(n, [(min(kv_tokens + j * n, n * W), min(longest + j, W))
+                                                 for j in range(steps)])
+            ad = [x + win * y for x, y in zip(ad, aw)]
+            outs = [x + y for x, y in zip(outs, ow)]
+        return ad, outs
+
+    def _attn_decode_run(self, n: int, kv_tokens: int, longest: int, steps: int) -> tuple[list[float], list[int]]:
+        """``attn_decode`` of each step of a run (kv_tokens + j n, longest + j) and the
+        out-of-range queries of each, counting none (``_decode_lookup`` of the decode table,
+        batched; a subclass that prices decode attention otherwise: one query at a time)."""
+        if type(self).attn_decode is not KernelDbCostModel.attn_decode:
+            return self._quiet_attn_decode(n, [(kv_tokens + j * n, longest + j) for j in range(steps)])
+        return self._grid_decode_run(self._gen, n, kv_tokens, steps)
+
+    def _quiet_attn_decode(self, n: int, queries) -> tuple[list[float], list[int]]:
+        """``attn_decode(n, kv, longest)`` for each (kv, longest) of ``queries`` and the
+        out-of-range queries of each, counting none (its memo counts nothing by itself)."""
+        vals, outs, attn = [], [], self.attn_decode
+        for kv, longest in queries:
+            oor0 = self._oor
+            vals.append(attn(n, kv, longest))
+            outs.append(self._oor - oor0)
+            self._oor = oor0
+        return vals, outs
+
+    def _grid_decode_run(self, grid: Grid, n: int, kv_tokens: int, steps: int) -> tuple[list[float], list[int]]:
+        """``_decode_lookup(grid, n, kv)`` for kv = kv_tokens + j n (j < steps) and the
+        out-of-range queries of each (not counted): the steps inside the grid in one ``along``,
+        those outside one at a time."""
+        xs = [kv / n for kv in range(kv_tokens, kv_tokens + steps * n, n)]
+        lo = hi = 0  # the steps in [lo, hi) are inside the grid (mean lengths only grow)
+        if grid.two_axes and grid.lo[0] <= n <= grid.hi[0]:
+            lo, hi = bisect_left(xs, grid.lo[1]), bisect_right(xs, grid.hi[1])
+        vals = grid.along(float(n), xs[lo:hi]) if hi > lo else []
+        outs = [0] * steps
+        if hi - lo < steps:
+            edge = [j for j in range(steps) if not lo <= j < hi]
+            ends = []
+            for j in edge:
+                oor0 = self._oor
+                ends.append(self._decode_lookup(grid, n, kv_tokens + j * n))
+                outs[j] = self._oor - oor0
+                self._oor = oor0
+            vals = ends[:lo] + vals + ends[lo:] if hi > lo else ends
+        return vals, outs
 
     def describe(self) -> dict:
         """What priced the run, for summary.json."""

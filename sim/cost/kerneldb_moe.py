@@ -371,6 +371,29 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                 self._oor += out
         return t
 
+    def _attn_decode_run(self, n: int, kv_tokens: int, longest: int, steps: int) -> tuple[list[float], list[int]]:
+        """As the dense model's, with MLA decode (``_mla_decode``: the table, then the absorption
+        BMMs of this batch size added in order) batched too."""
+        mla = self.shapes.mla
+        if type(self).attn_decode is not KernelDbMoeCostModel.attn_decode or (mla and self._mla_gen is None):
+            return self._quiet_attn_decode(n, [(kv_tokens + j * n, longest + j) for j in range(steps)])
+        if not mla:
+            return self._grid_decode_run(self._gen, n, kv_tokens, steps)
+        vals, outs = self._grid_decode_run(self._mla_gen, n, kv_tokens, steps)
+        bmms, extra = [], 0
+        for g in self._bmm.values():
+            if g is not None:
+                c, out = g.clamp((float(n),))
+                bmms.append(g(c) * (n / c[0] if out else 1.0))
+                extra += out
+        if bmms:
+            for j, t in enumerate(vals):
+                for b in bmms:
+                    t += b
+                vals[j] = t
+            outs = [o + extra for o in outs]
+        return vals, outs
+
     # ------------------------------------------------------------------ composition
     def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
         """The roofline's composition (attention GEMMs, dense first layers, routed + shared experts
