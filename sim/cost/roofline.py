@@ -101,7 +101,7 @@ VECTOR_STEPS = 48
 """``decode_totals`` of at least this many steps are computed with numpy arrays."""
 
 PREFILL_MEMO_ENTRIES = 1 << 16
-"""Most prefill-attention prices a roofline model memoises (a few MB at this size)."""
+"""Most single-chunk prefill-attention prices a roofline model memoises (about 10 MB at this size)."""
 
 
 class RooflineCostModel:
@@ -192,11 +192,11 @@ class RooflineCostModel:
 
     def attn_prefill(self, chunks: list[tuple[int, int]], window: int = 0) -> float:
         """Prefill-style attention (q > 1) for (new tokens, cached tokens) per sequence. A pure
-        function of its arguments, memoised (prompts of one length share a price); a memo that
-        reaches ``PREFILL_MEMO_ENTRIES`` starts again empty."""
-        if not chunks:
-            return 0.0
-        key = (tuple(chunks), window)
+        function of its arguments: a single chunk's price is memoised (prompts of one length
+        share it); a memo that reaches ``PREFILL_MEMO_ENTRIES`` starts again empty."""
+        if len(chunks) != 1:
+            return self._attn_prefill(chunks, window) if chunks else 0.0
+        key = (*chunks[0], window)
         hit = self._prefill_memo.get(key)
         if hit is None:
             if len(self._prefill_memo) >= PREFILL_MEMO_ENTRIES:
