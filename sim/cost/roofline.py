@@ -100,6 +100,9 @@ class RooflineParams:
 VECTOR_STEPS = 48
 """``decode_totals`` of at least this many steps are computed with numpy arrays."""
 
+PREFILL_MEMO_ENTRIES = 1 << 16
+"""Most single-chunk prefill-attention prices a roofline model memoises (about 10 MB at this size)."""
+
 
 class RooflineCostModel:
     """Roofline pricing of every operator; subclasses override single operators.
@@ -149,7 +152,11 @@ class RooflineCostModel:
         self.layers_full = model.num_layers - self.layers_window
         self.bw = hw.mem_bw
         self._dense_cache: dict[tuple[int, int], tuple[float, float, float, int]] = {}
+        self._token_cache: dict[int, tuple[float, float, float, float, float, int]] = {}  # _dense_terms' parts
+        self._seq_cache: dict[int, tuple[float, float, float, float, int]] = {}
+        self._prefill_memo: dict = {}
         self._oor = 0
+        self._mb: tuple = (None,)  # decode_totals' constants (_memory_bound_terms)
 
     # ------------------------------------------------------------------ operators
     def _roof(self, flops: float, nbytes: float, eff: float, peak: float | None = None) -> float:
@@ -184,9 +191,21 @@ class RooflineCostModel:
         return n1 * c + n1 * (n1 + 1) / 2.0 + (q - n1) * window
 
     def attn_prefill(self, chunks: list[tuple[int, int]], window: int = 0) -> float:
-        """Prefill-style attention (q > 1) for (new tokens, cached tokens) per sequence."""
-        if not chunks:
-            return 0.0
+        """Prefill-style attention (q > 1) for (new tokens, cached tokens) per sequence. A pure
+        function of its arguments: a single chunk's price is memoised (prompts of one length
+        share it); a memo that reaches ``PREFILL_MEMO_ENTRIES`` starts again empty."""
+        if len(chunks) != 1:
+            return self._attn_prefill(chunks, window) if chunks else 0.0
+        key = (*chunks[0], window)
+        hit = self._prefill_memo.get(key)
+        if hit is None:
+            if len(self._prefill_memo) >= PREFILL_MEMO_ENTRIES:
+                self._prefill_memo.clear()
+            hit = self._prefill_memo[key] = self._attn_prefill(chunks, window)
+        return hit
+
+    def _attn_prefill(self, chunks: list[tuple[int, int]], window: int) -> float:
+        """``attn_prefill``, unmemoised."""
         s = self.shapes
         flops = nbytes = 0.0
         kv_tok = s.kv_elems * self.kvb
@@ -286,6 +305,10 @@ class RooflineCostModel:
         """All GEMMs of a step, each priced by ``gemm`` / ``moe``: attention projections in every
         layer, dense MLPs of the dense layers, routed experts + router (+ shared experts) of the
         MoE layers, the LM head on one position per sequence."""
+        return self._layer_gemms(tokens) + self.gemm("lm_head", num_seqs)
+
+    def _layer_gemms(self, tokens: int) -> float:
+        """The GEMMs of ``_gemm_terms`` but the LM head."""
         s, L = self.shapes, self.model.num_layers
         attn = 0.0
         for op in s.attn_gemms:
@@ -298,36 +321,77 @@ class RooflineCostModel:
             if s.shared_experts:
                 moe += self.gemm("shared_gate_up", tokens) + self.gemm("shared_down", tokens)
             gemm += s.moe_layers * moe
-        return gemm + self.gemm("lm_head", num_seqs)
+        return gemm
 
     def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
-        """(gemm, other_gpu, comm) of ``_dense_part``, uncached."""
+        """(gemm, other_gpu, comm) of ``_dense_part``, composed from the parts that depend on the
+        tokens only and those that depend on the sequences only, each cached (with the
+        out-of-range queries pricing it counted, added again on a hit) since a step's tokens and
+        sequences pair in many ways. The operations and their order are those of pricing every
+        operator for the step at once (as the tests check)."""
+        tok = self._token_cache.get(tokens)
+        if tok is None:
+            oor0 = self._oor
+            tok = self._token_cache[tokens] = (*self._token_terms(tokens), self._oor - oor0)
+        else:
+            self._oor += tok[-1]
+        seq = self._seq_cache.get(num_seqs)
+        if seq is None:
+            oor0 = self._oor
+            seq = self._seq_cache[num_seqs] = (*self._seq_terms(num_seqs), self._oor - oor0)
+        else:
+            self._oor += seq[-1]
+        gemm_l, other_l, embed, comm, pp, _ = tok
+        lm_head, norm, sampling, gather, _ = seq
+        comm += gather
+        if self.pp > 1:
+            comm += pp
+        return gemm_l + lm_head, other_l + (embed + norm + sampling), comm
+
+    def _token_terms(self, tokens: int) -> tuple[float, float, float, float, float]:
+        """(layer GEMMs, layer elementwise operators, embedding, all-reduces, pipeline sends): the
+        parts of ``_dense_terms`` that depend on the tokens only."""
         s, L = self.shapes, self.model.num_layers
-        gemm = self._gemm_terms(tokens, num_seqs)
         other = L * (2 * self.elementwise("rmsnorm", tokens) + self.elementwise("silu_mul", tokens)
                      + self.elementwise("rotary", tokens) + self.elementwise("kv_write", tokens))
-        other += self.elementwise("embedding", tokens) + self.elementwise("rmsnorm", num_seqs) + self.sampling(num_seqs)
         comm = L * 2 * self.collective("all_reduce", tokens * s.hidden * self.cb, self.tp)
-        comm += self.collective("all_gather", num_seqs * s.vocab * 4, self.tp)
+        pp = 0.0
         if self.pp > 1:
-            comm += (self.pp - 1) * (tokens * s.hidden * self.cb / self.hw.link_bw + self.p.allreduce_latency_s)
-        return gemm, other, comm
+            pp = (self.pp - 1) * (tokens * s.hidden * self.cb / self.hw.link_bw + self.p.allreduce_latency_s)
+        return self._layer_gemms(tokens), other, self.elementwise("embedding", tokens), comm, pp
+
+    def _seq_terms(self, num_seqs: int) -> tuple[float, float, float, float]:
+        """(LM head, final norm, sampling, logits all-gather): the parts of ``_dense_terms`` that
+        depend on the sequences only."""
+        return (self.gemm("lm_head", num_seqs), self.elementwise("rmsnorm", num_seqs), self.sampling(num_seqs),
+                self.collective("all_gather", num_seqs * self.shapes.vocab * 4, self.tp))
 
     def step_time(self, shape: BatchShape) -> StepTime:
-        tokens = 0
-        dec_n = dec_kv = dec_max = 0
+        nt, cl = shape.new_tokens, shape.context_lens
+        n, dec_n = len(nt), nt.count(1)  # single-token sequences decode, the others are prefill chunks
+        swapped = shape.blocks_swapped_in + shape.blocks_swapped_out
+        if dec_n == n:
+            return self._price(sum(nt), n, [], n, sum(cl) + n, max(cl) + 1 if n else 0, swapped)
+        if dec_n == n - 1:  # one chunk (the common mixed step): its tokens are all but the decodes'
+            tokens = sum(nt)
+            q = tokens - dec_n
+            c = cl[nt.index(q)]
+            if not dec_n:
+                return self._price(tokens, n, [(q, c)], 0, 0, 0, swapped)
+            top = max(cl)
+            if top > c:  # the longest context is a decode's
+                return self._price(tokens, n, [(q, c)], dec_n, sum(cl) - c + dec_n, top + 1, swapped)
+        tokens = dec_kv = dec_max = 0
         chunks = []
-        for q, c in zip(shape.new_tokens, shape.context_lens):
+        for q, c in zip(nt, cl):
             tokens += q
             if q == 1:
-                dec_n += 1
                 dec_kv += c + 1
                 if c >= dec_max:
                     dec_max = c + 1
             else:
                 chunks.append((q, c))
-        return self._price(tokens, len(shape.new_tokens), chunks, dec_n, dec_kv, dec_max,
-                           shape.blocks_swapped_in + shape.blocks_swapped_out)
+        return self._price(tokens, n, chunks, dec_n, dec_kv, dec_max, swapped)
 
     def decode_step(self, num_seqs: int, kv_tokens: int, longest: int) -> StepTime:
         """A step of ``num_seqs`` single-token sequences attending over ``kv_tokens`` cached
@@ -359,11 +423,56 @@ class RooflineCostModel:
 
     def decode_totals(self, num_seqs: int, kv_tokens: int, longest: int, steps: int):
         """The ``total`` of ``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by
-        num_seqs, longest by 1 each step), with the same floating-point operations, so the
-        values are identical: a list for short runs, a numpy array for long ones; None for
-        subclasses that price decode attention otherwise. No side effects."""
+        num_seqs, longest by 1 each step), with the same floating-point operations (less some
+        whose result cannot matter, see ``_memory_bound_terms``), so the values are identical: a
+        list for short runs, a numpy array for long ones; None for subclasses that price decode
+        attention otherwise. No side effects."""
+        if steps < VECTOR_STEPS:
+            mb = self._mb if self._mb[0] is self.p else self._memory_bound_terms()
+            if mb[1] and self._plain_decode():  # one comprehension: see _memory_bound_terms
+                run = mb[2].get(num_seqs) or self._memory_bound_run(num_seqs)
+                g0, comm, other, cpu, qb, step, K, db, full, floor = run
+                nb = kv_tokens * K + qb  # the first step's attention bytes (an int)
+                nbs = range(nb, nb + steps * step, step)
+                if nb / db >= floor:
+                    return [g0 + full * (x / db) + comm + other + cpu for x in nbs]
+                return [g0 + full * (r if (r := x / db) >= floor else floor) + comm + other + cpu for x in nbs]
         parts = self._decode_parts(num_seqs, kv_tokens, longest, steps)
         return None if parts is None else parts[-1]
+
+    def _memory_bound_terms(self) -> tuple:
+        """(params, memory_bound, K, QB, db, layers, kernel floor) for ``decode_totals``' short-run
+        comprehension, kept in ``_mb`` until ``p`` is replaced.
+
+        ``memory_bound``: every layer has full-attention GQA decode (no window, no MLA), whole
+        bytes per KV and activation element, and the FLOPs term of ``_roof`` is below its bytes
+        term at every KV length. A step's price is then ``_price``'s, with the same operations
+        less those whose result cannot matter. ``_decode_terms``' bytes are the integer
+        ``kv * K + n * QB`` (K = 2 kv_heads head_dim kv_bytes, QB = 2 q_heads head_dim act_bytes),
+        exact in any grouping, so consecutive steps' bytes are a ``range``; divided by ``db`` as
+        there. The FLOPs term is not computed: when ``F / df`` (F = 4 q_heads head_dim,
+        df = attn_peak attn_eff) is below ``K / db`` by far more than rounding (a relative margin of
+        1e-9 against a few units of 2**-53), the computed FLOPs term is below the computed bytes
+        term at every ``kv >= 0``, so ``_roof``'s max is the bytes term. Bytes terms only grow
+        with ``kv`` (integer bytes, a division by a positive constant), so if the first step's is
+        at or above the kernel floor, all are. ``_price``'s last addition, of a 0.0 swap term, is
+        left out: a sum whose first term is ``gemm + 0.0`` is never -0.0, and adding 0.0 to any
+        other value returns it unchanged."""
+        sh, p, kvb, b = self.shapes, self.p, self.kvb, self.b
+        K, QB = 2 * sh.kv_heads * sh.head_dim * kvb, 2 * sh.q_heads * sh.head_dim * b
+        df, db = self.attn_peak * p.attn_eff, self.bw * p.mem_eff
+        ok = (not self.layers_window and not sh.mla and type(kvb) is int and type(b) is int
+              and 4.0 * sh.q_heads * sh.head_dim / df * (1.0 + 1e-9) < K / db)
+        self._mb = (p, ok, {}, K, QB, db, self.layers_full, p.kernel_floor_s)
+        return self._mb
+
+    def _memory_bound_run(self, n: int) -> tuple:
+        """The constants of ``decode_totals``' comprehension for ``n`` sequences (kept in ``_mb``)."""
+        p, _, runs, K, QB, db, full, floor = self._mb
+        gemm, other, comm, _ = self._dense_part(n, n)
+        cpu = p.cpu_step_s + p.cpu_per_seq_s * n
+        runs[n] = out = (gemm + 0.0, comm, other, cpu, n * QB, n * K, K, db, full, floor)
+        return out
 
     def _decode_parts(self, n: int, kv_tokens: int, longest: int, steps: int):
         """(gemm, other_gpu, comm, cpu, attn_decode per step, total per step) of ``steps``
@@ -431,7 +540,14 @@ class RooflineCostModel:
         # attention runs in every layer of every stage; sliding-window layers see at most W keys
         full, win, W = self.layers_full, self.layers_window, self.shapes.window
         ap = full * self.attn_prefill(chunks) if chunks else 0.0
-        ad = full * self.attn_decode(dec_n, dec_kv, dec_max) if dec_n else 0.0
+        ad = 0.0
+        if dec_n:
+            mb = self._mb if self._mb[0] is self.p else self._memory_bound_terms()
+            if mb[1] and type(self).attn_decode is RooflineCostModel.attn_decode:  # attn_decode's value, inlined
+                _, _, _, K, QB, db, _, floor = mb
+                ad = full * (r if (r := (dec_kv * K + dec_n * QB) / db) >= floor else floor)
+            else:
+                ad = full * self.attn_decode(dec_n, dec_kv, dec_max)
         if win:
             if chunks:
                 ap += win * self.attn_prefill_window(chunks)
