@@ -8,8 +8,8 @@ figures; asserts nothing.
 The workload: Poisson arrivals at 40 requests/s on 8 replicas of Llama-3.1-8B on H100-SXM
 (round robin), prompt and output lengths drawn like the Azure conversation trace (the default
 lognormal fits), per-step rows off (``output.step_records: false``), priced by the roofline
-(``--cost-model auto`` uses the kernel database where it covers the GPU: slower per step, and
-its decode runs are priced step by step). Each case runs in a fresh
+(``--cost-model auto`` uses the kernel database where it covers the GPU: its lookups cost more
+per step). Each case runs in a fresh
 process so its peak resident memory is its own. Wall time includes building the result tables
 and the summary, not Python's start-up.
 """

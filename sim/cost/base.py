@@ -31,6 +31,12 @@ class CostModel(Protocol):
         not available."""
         ...
 
+    # Optional: ``count_decode_run(num_seqs, kv_tokens, longest, steps) -> None``. A model whose
+    # ``decode_totals`` / ``decode_series`` count out-of-range queries only here (the kernel
+    # database) is told how many steps of a priced run were kept, since the fast-forward may
+    # price steps past an arrival that it then drops; it counts exactly what ``decode_step``
+    # would have counted for those steps.
+
     def out_of_range_total(self) -> int:
         """Operator queries outside the calibrated range so far (0 for a pure roofline)."""
         ...
