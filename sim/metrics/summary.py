@@ -52,12 +52,14 @@ def weighted_dist(values, counts) -> dict:
         else np.asarray(counts, dtype=np.int64)
     if v.size == 0 or c.sum() == 0:
         return dist([])
-    order = np.lexsort((c, v))
-    v = v[order]
-    c = c[order]
-    del order
-    mean = float(np.dot(v, c))
-    cum = np.cumsum(c, out=c)  # in place: the counts are not needed again
+    if _pairs_sort_exactly(v, c):
+        v, cum = sorted_pairs(v, c)
+    else:
+        order = np.lexsort((c, v))
+        v, cum = v[order], c[order].astype(float)
+        del order
+    mean = float(np.dot(v, cum))  # (the counts as floats: what np.dot makes of int64 counts)
+    cum = np.cumsum(cum, out=cum)  # in place: the counts are not needed again (exact: below 2**53)
     n = int(cum[-1])
 
     def at(i: int) -> float:  # the i-th smallest of the expanded sample
@@ -71,6 +73,37 @@ def weighted_dist(values, counts) -> dict:
         out[f"p{p}"] = a + (h - lo) * (b - a)
     out["max"] = float(v[-1])
     return out
+
+
+def _pairs_sort_exactly(v: np.ndarray, c: np.ndarray) -> bool:
+    """Whether ``sorted_pairs`` gives the (value, count) order of ``np.lexsort((c, v))`` to the
+    bit: values finite and none of them -0.0 (which compares equal to 0.0 and could swap with it),
+    counts and their total exact as floats."""
+    return bool(np.isfinite(v).all() and not np.signbit(v).any() and c.min() >= 0 and c.sum() < 2**53)
+
+
+def sorted_pairs(v: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``v`` and ``c`` (as floats) sorted by value, then count: the pairs in the order
+    ``np.lexsort((c, v))`` puts them (equal pairs are interchangeable), as two contiguous arrays.
+
+    A direct sort of complex numbers (value + 1j * count: numpy orders complex numbers by real
+    part, then imaginary part) instead of lexsort's two indirect sorts and gathers: about half the
+    time on tens of millions of gaps. The values are then packed into the front of the sorted
+    buffer in place, so the peak is that buffer plus the counts (as with lexsort's index and the
+    two gathered copies)."""
+    n = v.size
+    z = np.empty(n, np.complex128)
+    z.real = v
+    z.imag = c
+    z.sort()
+    f = z.view(np.float64)  # value, count, value, count, ...
+    counts = f[1::2].copy()
+    a = 1  # f[:n] = f[0::2], forward, in chunks that never overwrite a value not yet moved
+    while a < n:
+        b = min(2 * a, n)
+        f[a:b] = f[2 * a:2 * b:2]
+        a = b
+    return f[:n], counts
 
 
 def slo_met(req: pd.DataFrame, slo) -> np.ndarray:
