@@ -68,3 +68,28 @@ def test_weighted_dist_on_many_gaps_with_ties():
     v = np.round(rng.lognormal(-5, 0.5, 200_000), 7)  # about one value in ten shared
     c = rng.integers(1, 30, v.size)
     assert same(weighted_dist(v, c), weighted_dist_reference(v, c))
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrival=st.sampled_from(["poisson", "gamma"]), rate=st.floats(0.5, 500.0), cv=st.floats(0.2, 5.0),
+       num=st.one_of(st.none(), st.integers(1, 3000)), duration=st.one_of(st.none(), st.floats(0.5, 200.0)),
+       prompt=st.sampled_from([{"kind": "lognormal", "median": 300, "sigma": 2.5, "max": 4000},
+                               {"kind": "uniform", "min": 3, "max": 90}, {"kind": "fixed", "value": 12}]),
+       seed=st.integers(0, 2**32))
+def test_renewal_stream_equals_the_general_one(arrival, rate, cv, num, duration, prompt, seed):
+    import copy
+
+    from sim.config import load_config
+    from sim.workload import synthetic
+
+    if num is None and duration is None:
+        num = 100
+    if num is None and duration * rate > 5000:
+        duration = 5000 / rate
+    cfg = load_config({"workload": {"arrival": arrival, "rate": rate, "cv": cv, "num_requests": num,
+                                    "duration_s": duration, "prompt": prompt}}).workload
+    rng = np.random.default_rng(seed)
+    fast, general = {"prompt": 0, "output": 0}, {"prompt": 0, "output": 0}
+    a = list(synthetic._renewal_requests(cfg, copy.deepcopy(rng), fast))
+    b = list(synthetic._merged_requests(cfg, copy.deepcopy(rng), general))
+    assert repr(a) == repr(b) and fast == general
