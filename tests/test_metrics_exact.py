@@ -93,3 +93,38 @@ def test_renewal_stream_equals_the_general_one(arrival, rate, cv, num, duration,
     a = list(synthetic._renewal_requests(cfg, copy.deepcopy(rng), fast))
     b = list(synthetic._merged_requests(cfg, copy.deepcopy(rng), general))
     assert repr(a) == repr(b) and fast == general
+
+
+ops = st.lists(st.one_of(st.tuples(st.just("add"), st.floats(0, 1), st.integers(0, 300)),
+                         st.tuples(st.just("extend"), st.lists(st.floats(0, 1), max_size=20), st.integers(0, 300)),
+                         st.tuples(st.just("read"), st.none(), st.none())), max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops, ops)
+def test_itl_log_counts_are_one_per_value_in_order(first, second):
+    from array import array
+
+    from sim.metrics.steplog import ItlLog
+
+    log, values, counts = ItlLog(), [], []
+    for kind, gaps, tokens in first + [("merge", None, None)] + second:
+        if kind == "add":
+            log.add(gaps, tokens)
+            values.append(gaps)
+            counts.append(tokens)
+        elif kind == "extend":
+            log.extend(gaps, tokens)
+            values += gaps
+            counts += [tokens] * len(gaps)
+        elif kind == "merge":  # as sim.shards merges the workers' logs
+            other = ItlLog()
+            other.extend([0.5, 0.25], 7)
+            log.values.extend(other.values)
+            log.counts.extend(other.counts)
+            values += [0.5, 0.25]
+            counts += [7, 7]
+        else:
+            assert log.counts == array("q", counts)
+    assert log.values == array("d", values) and log.counts == array("q", counts)
+    assert log.counts is log.counts  # one array, kept
