@@ -126,5 +126,19 @@ def test_itl_log_counts_are_one_per_value_in_order(first, second):
             counts += [7, 7]
         else:
             assert log.counts == array("q", counts)
+    assert same(weighted_dist(log.values, *log.runs()), weighted_dist_reference(values, counts))
     assert log.values == array("d", values) and log.counts == array("q", counts)
     assert log.counts is log.counts  # one array, kept
+    assert log.runs() == (log.counts, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(gaps, max_size=12), st.integers(0, 5000)), min_size=1, max_size=60),
+       st.booleans())
+def test_weighted_dist_of_runs_equals_the_spelled_out_counts(runs, odd):
+    v = [g for gs, _ in runs for g in gs]
+    if odd and v:  # a value outside the fast path
+        v[len(v) // 2] = -0.0
+    tokens, lengths = [t for _, t in runs], [len(gs) for gs, _ in runs]
+    c = [t for gs, t in runs for _ in gs]
+    assert same(weighted_dist(v, tokens, lengths), weighted_dist_reference(v, c))

@@ -18,7 +18,8 @@ class ItlLog:
     The counts are recorded as runs (``tokens`` for each of the next ``length`` values: a decode
     run's gaps all count its batch) and spelled out one per value when ``counts`` is read: a
     decode run costs one entry instead of one per step, and the engine's loop does not build a
-    list of counts. ``counts`` is one array, kept: what is written to it stays."""
+    list of counts. ``counts`` is one array, kept: what is written to it stays. The summary reads
+    the runs as they are (``runs``), without spelling them out."""
 
     __slots__ = ("values", "_counts", "_tokens", "_lengths")
 
@@ -39,16 +40,26 @@ class ItlLog:
         self._tokens.append(tokens)
         self._lengths.append(len(gaps))
 
+    def runs(self) -> tuple[array, array | None]:
+        """The counts as they are held: (tokens, lengths), ``lengths[i]`` values of ``tokens[i]``
+        tokens each, or (counts, None), one per value (``weighted_dist`` takes either)."""
+        if len(self._counts) and len(self._tokens):  # both kinds held: spelled out into one
+            self._spell()
+        return (self._counts, None) if len(self._counts) or not len(self._tokens) else (self._tokens, self._lengths)
+
     @property
     def counts(self) -> array:
         """The tokens of each value (``array("q")``, one entry per value)."""
         if len(self._tokens):
-            import numpy as np
-
-            spelled = np.repeat(np.frombuffer(self._tokens, np.int64), np.frombuffer(self._lengths, np.int64))
-            self._counts.frombytes(memoryview(spelled).cast("B"))
-            self._tokens, self._lengths = array("q"), array("q")
+            self._spell()
         return self._counts
+
+    def _spell(self) -> None:
+        import numpy as np
+
+        spelled = np.repeat(np.frombuffer(self._tokens, np.int64), np.frombuffer(self._lengths, np.int64))
+        self._counts.frombytes(memoryview(spelled).cast("B"))
+        self._tokens, self._lengths = array("q"), array("q")
 
 
 class ItlSketch:
