@@ -98,14 +98,16 @@ def sorted_pairs(v: np.ndarray, c: np.ndarray, lengths: np.ndarray | None = None
     part, then imaginary part) instead of lexsort's two indirect sorts and gathers: about half the
     time on tens of millions of gaps. The values are then packed into the front of the sorted
     buffer in place, so the peak is that buffer plus the counts (as with lexsort's index and the
-    two gathered copies)."""
+    two gathered copies; counts given as runs are spelled out once, into the buffer returned)."""
     n = v.size
+    spelled = c if lengths is None else np.repeat(c, lengths)
     z = np.empty(n, np.complex128)
     z.real = v
-    z.imag = c if lengths is None else np.repeat(c, lengths)
+    z.imag = spelled
     z.sort()
     f = z.view(np.float64)  # value, count, value, count, ...
-    counts = f[1::2].copy()
+    counts = np.empty(n) if lengths is None else spelled.view(np.float64)  # (our own spelled-out counts: reused)
+    np.copyto(counts, f[1::2])
     a = 1  # f[:n] = f[0::2], forward, in chunks that never overwrite a value not yet moved
     while a < n:
         b = min(2 * a, n)
