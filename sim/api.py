@@ -110,6 +110,7 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
         warnings.warn(w, ServesimWarning, stacklevel=2)
     # a streamed run's summary reads requests.parquet a batch (and one latency column) at a time
     req = ParquetColumns(stream_to) if stream_to else requests_frame(sim_out)
+    sim_out.requests.clear()  # the rows are in req now: their log goes before the summary's peak (the ITL sort)
     steps = steps_frame(sim_out)
     wall = time.perf_counter() - t0
     summary = summarize(sim_out, req, steps, wall)

@@ -52,7 +52,7 @@ def frame_of(c: dict) -> pd.DataFrame:
         "tenant": c["tenant"],
         "session_id": c["session_id"],
         "reject_reason": c["reject_reason"],
-    }, columns=REQUEST_COLUMNS)
+    }, columns=REQUEST_COLUMNS, copy=False)  # the columns as they are (fresh arrays): no consolidated copy
 
 
 def request_schema():

@@ -90,9 +90,10 @@ class RequestLog:
             out[name] = np.frombuffer(c[name], np.int64)[idx] if self.rows else np.zeros(0, np.int64)
         for name in _SMALL:
             out[name] = np.frombuffer(c[name], np.int32)[idx] if self.rows else np.zeros(0, np.int32)
+        rows = idx.tolist()
         for name in _OBJECT:
             col = c[name]
-            out[name] = [col[i] for i in idx.tolist()]
+            out[name] = [None] * len(col) if col.count(None) == len(col) else [col[i] for i in rows]
         return out
 
     def clear(self) -> None:

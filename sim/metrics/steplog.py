@@ -13,22 +13,53 @@ from sim.types import COMPONENTS
 class ItlLog:
     """The inter-token latencies, stored weighted: distinct gaps (s) in ``values`` with the
     number of tokens that had each in ``counts`` (the tokens of a step whose previous token came
-    at the step's start share one gap)."""
+    at the step's start share one gap).
 
-    __slots__ = ("values", "counts")
+    The counts are recorded as runs (``tokens`` for each of the next ``length`` values: a decode
+    run's gaps all count its batch) and spelled out one per value when ``counts`` is read: a
+    decode run costs one entry instead of one per step, and the engine's loop does not build a
+    list of counts. ``counts`` is one array, kept: what is written to it stays. The summary reads
+    the runs as they are (``runs``), without spelling them out."""
+
+    __slots__ = ("values", "_counts", "_tokens", "_lengths")
 
     def __init__(self):
         self.values = array("d")
-        self.counts = array("q")
+        self._counts = array("q")  # the counts of the first len(_counts) values,
+        self._tokens = array("q")  # then runs: _lengths[i] values of _tokens[i] tokens each
+        self._lengths = array("q")
 
     def add(self, gap: float, tokens: int) -> None:
         self.values.append(gap)
-        self.counts.append(tokens)
+        self._tokens.append(tokens)
+        self._lengths.append(1)
 
     def extend(self, gaps: list[float], tokens: int) -> None:
         """One entry of ``tokens`` tokens per gap."""
-        self.values.extend(gaps)
-        self.counts.extend([tokens] * len(gaps))
+        self.values.fromlist(gaps)
+        self._tokens.append(tokens)
+        self._lengths.append(len(gaps))
+
+    def runs(self) -> tuple[array, array | None]:
+        """The counts as they are held: (tokens, lengths), ``lengths[i]`` values of ``tokens[i]``
+        tokens each, or (counts, None), one per value (``weighted_dist`` takes either)."""
+        if len(self._counts) and len(self._tokens):  # both kinds held: spelled out into one
+            self._spell()
+        return (self._counts, None) if len(self._counts) or not len(self._tokens) else (self._tokens, self._lengths)
+
+    @property
+    def counts(self) -> array:
+        """The tokens of each value (``array("q")``, one entry per value)."""
+        if len(self._tokens):
+            self._spell()
+        return self._counts
+
+    def _spell(self) -> None:
+        import numpy as np
+
+        spelled = np.repeat(np.frombuffer(self._tokens, np.int64), np.frombuffer(self._lengths, np.int64))
+        self._counts.frombytes(memoryview(spelled).cast("B"))
+        self._tokens, self._lengths = array("q"), array("q")
 
 
 class ItlSketch:
@@ -56,8 +87,8 @@ class ItlSketch:
             self.fold()
 
     def extend(self, gaps: list[float], tokens: int) -> None:
-        self.values.extend(gaps)
-        self.counts.extend([tokens] * len(gaps))
+        self.values.fromlist(gaps)
+        self.counts.fromlist([tokens] * len(gaps))
         if len(self.values) >= self.buffer:
             self.fold()
 

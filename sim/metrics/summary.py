@@ -42,22 +42,27 @@ def dist(values) -> dict:
     return {"mean": float(v.mean()), "p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2]), "max": float(v.max())}
 
 
-def weighted_dist(values, counts) -> dict:
+def weighted_dist(values, counts, lengths=None) -> dict:
     """``dist`` of a sample stored as distinct values with repeat counts (the ITLs): the same
     numbers ``dist`` gives on the expanded sample (linear-interpolated percentiles), computed in
-    sorted order so the result does not depend on the order the values were recorded in."""
+    sorted order so the result does not depend on the order the values were recorded in.
+    With ``lengths``, the counts come as runs: ``counts[i]`` for each of the next ``lengths[i]``
+    values (as ``ItlLog.runs`` gives them)."""
     # views of the recorded buffers (no copies: a million-request run records tens of millions)
     v = np.frombuffer(values, float) if isinstance(values, array) else np.asarray(values, dtype=float)
-    c = np.frombuffer(counts, np.int64) if isinstance(counts, array) and counts.typecode == "q" \
-        else np.asarray(counts, dtype=np.int64)
-    if v.size == 0 or c.sum() == 0:
+    c, r = _int64(counts), None if lengths is None else _int64(lengths)
+    total = int(c.sum()) if r is None else int(np.dot(c, r))
+    if v.size == 0 or total == 0:
         return dist([])
-    order = np.lexsort((c, v))
-    v = v[order]
-    c = c[order]
-    del order
-    mean = float(np.dot(v, c))
-    cum = np.cumsum(c, out=c)  # in place: the counts are not needed again
+    if _pairs_sort_exactly(v, c, total):
+        v, cum = sorted_pairs(v, c, r)
+    else:
+        c = c if r is None else np.repeat(c, r)
+        order = np.lexsort((c, v))
+        v, cum = v[order], c[order].astype(float)
+        del order
+    mean = float(np.dot(v, cum))  # (the counts as floats: what np.dot makes of int64 counts)
+    cum = np.cumsum(cum, out=cum)  # in place: the counts are not needed again (exact: below 2**53)
     n = int(cum[-1])
 
     def at(i: int) -> float:  # the i-th smallest of the expanded sample
@@ -71,6 +76,44 @@ def weighted_dist(values, counts) -> dict:
         out[f"p{p}"] = a + (h - lo) * (b - a)
     out["max"] = float(v[-1])
     return out
+
+
+def _int64(a) -> np.ndarray:
+    return np.frombuffer(a, np.int64) if isinstance(a, array) and a.typecode == "q" else np.asarray(a, dtype=np.int64)
+
+
+def _pairs_sort_exactly(v: np.ndarray, c: np.ndarray, total: int) -> bool:
+    """Whether ``sorted_pairs`` gives the (value, count) order of ``np.lexsort((c, v))`` to the
+    bit: values finite and none of them -0.0 (which compares equal to 0.0 and could swap with it),
+    counts and their ``total`` exact as floats."""
+    return bool(np.isfinite(v).all() and not np.signbit(v).any() and c.min() >= 0 and total < 2**53)
+
+
+def sorted_pairs(v: np.ndarray, c: np.ndarray, lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``v`` and ``c`` (as floats; ``c`` given as runs with ``lengths``) sorted by value, then
+    count: the pairs in the order ``np.lexsort((c, v))`` puts them (equal pairs are
+    interchangeable), as two contiguous arrays.
+
+    A direct sort of complex numbers (value + 1j * count: numpy orders complex numbers by real
+    part, then imaginary part) instead of lexsort's two indirect sorts and gathers: about half the
+    time on tens of millions of gaps. The values are then packed into the front of the sorted
+    buffer in place, so the peak is that buffer plus the counts (as with lexsort's index and the
+    two gathered copies; counts given as runs are spelled out once, into the buffer returned)."""
+    n = v.size
+    spelled = c if lengths is None else np.repeat(c, lengths)
+    z = np.empty(n, np.complex128)
+    z.real = v
+    z.imag = spelled
+    z.sort()
+    f = z.view(np.float64)  # value, count, value, count, ...
+    counts = np.empty(n) if lengths is None else spelled.view(np.float64)  # (our own spelled-out counts: reused)
+    np.copyto(counts, f[1::2])
+    a = 1  # f[:n] = f[0::2], forward, in chunks that never overwrite a value not yet moved
+    while a < n:
+        b = min(2 * a, n)
+        f[a:b] = f[2 * a:2 * b:2]
+        a = b
+    return f[:n], counts
 
 
 def slo_met(req: pd.DataFrame, slo) -> np.ndarray:
@@ -211,7 +254,7 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
         },
         "ttft_s": dist(src.finished("ttft_s")),
         "tpot_s": dist(src.finished("tpot_s")),
-        "itl_s": out.itl.dist() if hasattr(out.itl, "dist") else weighted_dist(out.itl.values, out.itl.counts),
+        "itl_s": out.itl.dist() if hasattr(out.itl, "dist") else weighted_dist(out.itl.values, *out.itl.runs()),
         "e2e_s": dist(src.finished("e2e_s")),
         "queue_s": dist(src.finished("queue_s")),
         "throughput": {

@@ -49,17 +49,14 @@ def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Gene
         if cfg.clip_to_context:
             info["clipped_to_context"] = {"prompt": 0, "output": 0}
         own = copy.deepcopy(seed)
-        if cfg.trace is not None:
-            return _clip(read_trace_requests(cfg, info, own), cfg, max_context, info)
-        return _clip(synthetic_requests(cfg, own, info), cfg, max_context, info)
+        reqs = read_trace_requests(cfg, info, own) if cfg.trace is not None else synthetic_requests(cfg, own, info)
+        return _clip(reqs, max_context, info) if cfg.clip_to_context else reqs
 
     return Workload(make, info)
 
 
-def _clip(reqs: Iterator[RequestSpec], cfg: WorkloadConfig, max_context: int, info: dict) -> Iterator[RequestSpec]:
-    if not cfg.clip_to_context:
-        yield from reqs
-        return
+def _clip(reqs: Iterator[RequestSpec], max_context: int, info: dict) -> Iterator[RequestSpec]:
+    """``reqs`` shortened to fit ``max_context`` (``clip_to_context``), counted in ``info``."""
     clipped = info["clipped_to_context"]
     for r in reqs:
         if r.prompt_tokens + r.output_tokens > max_context:

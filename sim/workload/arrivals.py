@@ -29,12 +29,17 @@ def interarrivals(kind: str, rate: float, cv: float, n: int, rng: np.random.Gene
     return rng.gamma(shape, 1.0 / (rate * shape), size=n)
 
 
+CHUNK = 1024
+"""Values a ``Draws`` draws at a time (every chunked stream of a workload: their draws interleave in
+the generator by chunks of this size, so a change of it changes the requests)."""
+
+
 class Draws:
     """Values drawn ``chunk`` at a time by ``draw(chunk)``; ``next()`` hands them out one by one."""
 
     __slots__ = ("_draw", "_buf", "_i")
 
-    def __init__(self, draw: Callable[[int], np.ndarray], chunk: int = 1024):
+    def __init__(self, draw: Callable[[int], np.ndarray], chunk: int = CHUNK):
         self._draw = lambda: draw(chunk).tolist()
         self._buf: list = []
         self._i = 0

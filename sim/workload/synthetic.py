@@ -12,12 +12,12 @@ Values are drawn in chunks (``Draws``), so a stream costs O(1) memory however lo
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from sim.types import RequestSpec
-from sim.workload.arrivals import Draws, arrival_times, in_time_order, interarrivals  # noqa: F401  (interarrivals: re-exported)
+from sim.workload.arrivals import CHUNK, Draws, arrival_times, in_time_order, interarrivals
 from sim.workload.config import MAX_TOKENS, LengthDist, WorkloadConfig
 from sim.workload.prefix import HASH_BLOCK_TOKENS, HashChain, own_key, shared_key
 from sim.workload.traces import trace_lengths
@@ -56,7 +56,7 @@ class _LengthDraws:
 
     __slots__ = ("_draw", "_buf", "_flags", "_i", "clipped")
 
-    def __init__(self, draw: Callable[[int], tuple[np.ndarray, np.ndarray]], chunk: int = 1024):
+    def __init__(self, draw: Callable[[int], tuple[np.ndarray, np.ndarray]], chunk: int = CHUNK):
         self._draw = lambda: tuple(a.tolist() for a in draw(chunk))
         self._buf: list = []
         self._flags: list = []
@@ -73,12 +73,19 @@ class _LengthDraws:
 
 def length_draws(dist: LengthDist, rng: np.random.Generator, pools: dict, column: int) -> _LengthDraws:
     """Chunked draws from ``dist``; a ``trace`` dist reads its file's lengths once into ``pools``."""
+    return _LengthDraws(length_sampler(dist, rng, pools, column))
+
+
+def length_sampler(dist: LengthDist, rng: np.random.Generator, pools: dict,
+                   column: int) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
+    """``n -> sample_lengths_clipped(dist, n, rng, pool)``; a ``trace`` dist reads its file's
+    lengths once into ``pools`` (``pool``: its ``column``)."""
     pool = None
     if dist.kind == "trace":
         if dist.path not in pools:
             pools[dist.path] = trace_lengths(dist.path)
         pool = pools[dist.path][column]
-    return _LengthDraws(lambda n: sample_lengths_clipped(dist, n, rng, pool))
+    return lambda n: sample_lengths_clipped(dist, n, rng, pool)
 
 
 def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generator, pools: dict) -> Iterator[list]:
@@ -125,15 +132,23 @@ def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generato
 def synthetic_requests(cfg: WorkloadConfig, rng: np.random.Generator, info: dict) -> Iterator[RequestSpec]:
     """The synthetic request stream ``cfg`` describes (see the module docstring)."""
     sources = cfg.tenants or [cfg]
+    desc = ", ".join(f"{s.name} {s.arrival} at {s.rate}/s" for s in cfg.tenants) if cfg.tenants else f"{cfg.arrival} at {cfg.rate}/s"
+    info["source"] = f"synthetic {desc}" + (" sessions" if cfg.sessions else "")
+    clipped = info.setdefault("clipped", {"prompt": 0, "output": 0})
+    renewal = len(sources) == 1 and cfg.sessions is None and cfg.system_prompts is None and cfg.arrival in ("poisson", "gamma")
+    yield from (_renewal_requests if renewal else _merged_requests)(cfg, rng, clipped)
+
+
+def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict) -> Iterator[RequestSpec]:
+    """Any synthetic stream: each source's plans in time order, the sources merged, numbered,
+    stopped at ``num_requests`` or ``duration_s``."""
+    sources = cfg.tenants or [cfg]
     rngs = [rng] if len(sources) == 1 else [np.random.default_rng(s) for s in rng.integers(0, 2**63, len(sources))]
     pools: dict = {}
     streams = [in_time_order(_plans(cfg, s, k, len(sources), r, pools), k) for k, (s, r) in enumerate(zip(sources, rngs))]
     merged = streams[0] if len(streams) == 1 else heapq.merge(*streams)
-    desc = ", ".join(f"{s.name} {s.arrival} at {s.rate}/s" for s in cfg.tenants) if cfg.tenants else f"{cfg.arrival} at {cfg.rate}/s"
-    info["source"] = f"synthetic {desc}" + (" sessions" if cfg.sessions else "")
     hb = HASH_BLOCK_TOKENS
     t0, n = None, 0
-    clipped = info.setdefault("clipped", {"prompt": 0, "output": 0})
     for t, _, _, (p, o, hashes, sid, prio, slo, tenant, (p_clip, o_clip)) in merged:
         if t0 is None:
             t0 = t
@@ -146,3 +161,40 @@ def synthetic_requests(cfg: WorkloadConfig, rng: np.random.Generator, info: dict
         n += 1
         if cfg.num_requests is not None and n >= cfg.num_requests:
             break
+
+
+def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict) -> Iterator[RequestSpec]:
+    """``_merged_requests`` for one source of single requests (no tenants, sessions or system
+    prompts) with Poisson or gamma arrivals, ``CHUNK`` requests at a time: the same draws in the
+    same order (a chunk of gaps, one of prompt lengths, one of output lengths), arrival times
+    summed one gap at a time from the same start (``np.cumsum`` adds in order), so the very same
+    requests; numpy does per chunk what the general path does per request."""
+    pools: dict = {}
+    prompt = length_sampler(cfg.prompt, rng, pools, 0)
+    output = length_sampler(cfg.output, rng, pools, 1)
+    hb, prio, slo = HASH_BLOCK_TOKENS, getattr(cfg, "priority", 0), getattr(cfg, "slo_class", None)
+    tenant = getattr(cfg, "name", None)
+    left = cfg.num_requests  # None: until duration_s
+    t, t0, n = 0.0, None, 0
+    while left is None or left > 0:
+        times = np.cumsum(np.concatenate(([t], interarrivals(cfg.arrival, cfg.rate, cfg.cv, CHUNK, rng))))[1:]
+        (p, p_clip), (o, o_clip) = prompt(CHUNK), output(CHUNK)
+        t = float(times[-1])
+        if t0 is None:
+            t0 = float(times[0])
+        arrival = times - t0
+        k = CHUNK if left is None else min(CHUNK, left)
+        if cfg.duration_s is not None:
+            k = min(k, int(np.searchsorted(arrival, cfg.duration_s, side="right")))  # arrivals never decrease
+        for a, pt, ot, pc, oc in zip(arrival[:k].tolist(), p[:k].tolist(), o[:k].tolist(), p_clip[:k].tolist(),
+                                     o_clip[:k].tolist()):
+            if pc:
+                clipped["prompt"] += 1
+            if oc:
+                clipped["output"] += 1
+            yield RequestSpec(n, a, pt, ot, None, None, hb, None, prio, slo, tenant)
+            n += 1
+        if k < CHUNK:
+            return
+        if left is not None:
+            left -= k
