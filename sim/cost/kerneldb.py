@@ -105,13 +105,11 @@ class Grid:
     def _multilinear(self, x: tuple[float, ...]) -> float:
         idx, wts = [], []
         for v, la in zip(x, self.la):
-            lv = math.log(v)
             if len(la) == 1:
                 idx.append(0), wts.append(0.0)
                 continue
-            i = min(max(bisect_right(la, lv) - 1, 0), len(la) - 2)
-            span = la[i + 1] - la[i]
-            idx.append(i), wts.append((lv - la[i]) / span if span else 0.0)
+            i, w = _cell(la, v)
+            idx.append(i), wts.append(w)
         acc = 0.0
         for corner in range(1 << len(x)):
             w, pos = 1.0, []
@@ -125,81 +123,25 @@ class Grid:
 
     def _bilinear(self, x0: float, x1: float) -> float:
         """``_multilinear`` of two axes of two or more points each, unrolled: the same
-        operations in the same order (1.0 times a weight is exact, so it is left out)."""
-        a, b = self.la
-        lv = math.log(x0)
-        i = min(max(bisect_right(a, lv) - 1, 0), len(a) - 2)
-        span = a[i + 1] - a[i]
-        w0 = (lv - a[i]) / span if span else 0.0
-        lv = math.log(x1)
-        j = min(max(bisect_right(b, lv) - 1, 0), len(b) - 2)
-        span = b[j + 1] - b[j]
-        w1 = (lv - b[j]) / span if span else 0.0
-        rows = self._table()
-        lo, hi = rows[i], rows[i + 1]
-        acc = 0.0
-        w = (1.0 - w0) * (1.0 - w1)
-        if w:
-            acc += w * lo[j]
-        w = w0 * (1.0 - w1)
-        if w:
-            acc += w * hi[j]
-        w = (1.0 - w0) * w1
-        if w:
-            acc += w * lo[j + 1]
-        w = w0 * w1
-        if w:
-            acc += w * hi[j + 1]
-        return math.exp(acc)
+        operations in the same order (``along`` of one point)."""
+        return self.along(x0, (x1,))[0]
 
     def _trilinear(self, x0: float, x1: float, x2: float) -> float:
         """``_multilinear`` of three axes of two or more points each, unrolled: the same
         operations in the same order (corners with the first axis varying fastest; 1.0 times a
         weight is exact, so it is left out)."""
         a, b, c = self.la
-        lv = math.log(x0)
-        i = min(max(bisect_right(a, lv) - 1, 0), len(a) - 2)
-        span = a[i + 1] - a[i]
-        wi = (lv - a[i]) / span if span else 0.0
-        lv = math.log(x1)
-        j = min(max(bisect_right(b, lv) - 1, 0), len(b) - 2)
-        span = b[j + 1] - b[j]
-        wj = (lv - b[j]) / span if span else 0.0
-        lv = math.log(x2)
-        k = min(max(bisect_right(c, lv) - 1, 0), len(c) - 2)
-        span = c[k + 1] - c[k]
-        wk = (lv - c[k]) / span if span else 0.0
+        i, wi = _cell(a, x0)
+        j, wj = _cell(b, x1)
+        k, wk = _cell(c, x2)
         rows = self._table()
         p, q = rows[i], rows[i + 1]
         p0, p1, q0, q1 = p[j], p[j + 1], q[j], q[j + 1]  # (i, j), (i, j+1), (i+1, j), (i+1, j+1)
         ui, uj, uk = 1.0 - wi, 1.0 - wj, 1.0 - wk
-        acc = 0.0
-        w = ui * uj * uk
-        if w:
-            acc += w * p0[k]
-        w = wi * uj * uk
-        if w:
-            acc += w * q0[k]
-        w = ui * wj * uk
-        if w:
-            acc += w * p1[k]
-        w = wi * wj * uk
-        if w:
-            acc += w * q1[k]
-        k += 1
-        w = ui * uj * wk
-        if w:
-            acc += w * p0[k]
-        w = wi * uj * wk
-        if w:
-            acc += w * q0[k]
-        w = ui * wj * wk
-        if w:
-            acc += w * p1[k]
-        w = wi * wj * wk
-        if w:
-            acc += w * q1[k]
-        return math.exp(acc)
+        k1 = k + 1
+        return math.exp(_blend(((ui * uj * uk, p0[k]), (wi * uj * uk, q0[k]), (ui * wj * uk, p1[k]), (wi * wj * uk, q1[k]),
+                                (ui * uj * wk, p0[k1]), (wi * uj * wk, q0[k1]), (ui * wj * wk, p1[k1]),
+                                (wi * wj * wk, q1[k1]))))
 
     def _table(self) -> list:
         """``lt`` as nested lists (read again when a subclass replaced ``lt`` after construction)."""
@@ -214,10 +156,7 @@ class Grid:
         axis, every point in range: ``_bilinear`` with the first axis' cell and weight found
         once, the same operations otherwise (a run of decode steps at one batch size)."""
         a, b = self.la
-        lv = math.log(x0)
-        i = min(max(bisect_right(a, lv) - 1, 0), len(a) - 2)
-        span = a[i + 1] - a[i]
-        w0 = (lv - a[i]) / span if span else 0.0
+        i, w0 = _cell(a, x0)
         u0 = 1.0 - w0
         rows = self._table()
         lo, hi = rows[i], rows[i + 1]
@@ -250,6 +189,25 @@ class Grid:
     def two_axes(self) -> bool:
         """True for two axes of two or more points each (the grids ``along`` serves)."""
         return self._dims == 2
+
+
+def _blend(corners) -> float:
+    """The sum of weight x log time over a cell's (weight, log time) corners, in their order,
+    corners of weight 0 left out (``_multilinear``'s accumulation)."""
+    acc = 0.0
+    for w, v in corners:
+        if w:
+            acc += w * v
+    return acc
+
+
+def _cell(axis: list[float], x: float) -> tuple[int, float]:
+    """The cell of ``axis`` (log values, two or more) that log ``x`` falls in, the end cells
+    taking what lies beyond them, and the weight of the cell's upper end."""
+    lv = math.log(x)
+    i = min(max(bisect_right(axis, lv) - 1, 0), len(axis) - 2)
+    span = axis[i + 1] - axis[i]
+    return i, ((lv - axis[i]) / span if span else 0.0)
 
 
 def _attn_grid(rows: np.ndarray, heads: int, kv_heads: int, head_dim: int, kv_fp8: bool,

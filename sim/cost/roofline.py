@@ -329,24 +329,25 @@ class RooflineCostModel:
         out-of-range queries pricing it counted, added again on a hit) since a step's tokens and
         sequences pair in many ways. The operations and their order are those of pricing every
         operator for the step at once (as the tests check)."""
-        tok = self._token_cache.get(tokens)
-        if tok is None:
-            oor0 = self._oor
-            tok = self._token_cache[tokens] = (*self._token_terms(tokens), self._oor - oor0)
-        else:
-            self._oor += tok[-1]
-        seq = self._seq_cache.get(num_seqs)
-        if seq is None:
-            oor0 = self._oor
-            seq = self._seq_cache[num_seqs] = (*self._seq_terms(num_seqs), self._oor - oor0)
-        else:
-            self._oor += seq[-1]
+        tok = self._counted(self._token_cache, tokens, self._token_terms)
+        seq = self._counted(self._seq_cache, num_seqs, self._seq_terms)
         gemm_l, other_l, embed, comm, pp, _ = tok
         lm_head, norm, sampling, gather, _ = seq
         comm += gather
         if self.pp > 1:
             comm += pp
         return gemm_l + lm_head, other_l + (embed + norm + sampling), comm
+
+    def _counted(self, cache: dict, key: int, terms) -> tuple:
+        """``terms(key)`` followed by the out-of-range queries pricing it counted, kept in
+        ``cache``; a hit counts those queries again, as pricing it anew would."""
+        hit = cache.get(key)
+        if hit is None:
+            oor0 = self._oor
+            hit = cache[key] = (*terms(key), self._oor - oor0)
+        else:
+            self._oor += hit[-1]
+        return hit
 
     def _token_terms(self, tokens: int) -> tuple[float, float, float, float, float]:
         """(layer GEMMs, layer elementwise operators, embedding, all-reduces, pipeline sends): the
