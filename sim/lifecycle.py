@@ -103,8 +103,9 @@ def complete_step(plan, by_id: dict, start: float, now: float, itl) -> tuple[int
             r.first_token_s = now
             changed.append(r)
         else:
-            gap = now - r.last_token_s
-            if r.last_token_s == start:
+            last = r.last_token_s
+            gap = now - last
+            if last == start:
                 step_gaps += 1
             elif itl is not None:
                 itl.add(gap, 1)
