@@ -230,7 +230,7 @@ class Engine:
             self.clients.finished(req.id)
         if self.progress is not None:
             self.progress.update(1)
-        if not self.by_id and self.arrivals_done and self.dynamic:
+        if self.dynamic and not self.by_id and self.arrivals_done:
             self._arrivals_finished()  # the last open request ended: replicas may stop
 
     # ------------------------------------------------------------------ one step / one run
@@ -239,9 +239,10 @@ class Engine:
         ctx = lifecycle.commit(plan, self.by_id, start)
         if plan.aborted:
             self._abort(plan)
+        par = self.cfg.parallelism
         shape = BatchShape(tuple(plan.num_new_tokens.values()), tuple(ctx), plan.blocks_swapped_in,
-                           plan.blocks_swapped_out, self.cfg.parallelism.tp, self.cfg.parallelism.pp)
-        st = self._cost(rep, start).step_time(shape)
+                           plan.blocks_swapped_out, par.tp, par.pp)
+        st = (self._cost(rep, start) if self.faults else rep.cost).step_time(shape)
         if self.plans is not None:
             self.plans.append((rep.idx, start, tuple(plan.num_new_tokens), shape))
         yield self.env.timeout(st.total)

@@ -26,6 +26,8 @@ from operator import sub
 
 from sim.request import Request, Status
 
+_RUNNING, _FINISHED = Status.RUNNING, Status.FINISHED  # an enum member's attribute lookup costs ~80 ns
+
 
 def emits_token(computed: int, prompt_tokens: int, generated: int) -> bool:
     """The token-emission rule: after a step that leaves ``computed`` tokens in a request's KV
@@ -64,15 +66,16 @@ def commit(plan, by_id: dict, now: float) -> list[int]:
         if r.first_scheduled_s is None:
             r.cached_tokens = c
     ctx = []
+    append = ctx.append
     for rid in plan.num_new_tokens:
         r = by_id[rid]
-        if r.status is not Status.RUNNING:
+        if r.status is not _RUNNING:
             if r.first_scheduled_s is None:
                 # simpy adds the arrival's delay to the clock: keep an ulp of rounding from
                 # putting the first schedule before the arrival
                 r.first_scheduled_s = max(now, r.spec.arrival_s)
-            r.status = Status.RUNNING
-        ctx.append(r.num_computed)
+            r.status = _RUNNING
+        append(r.num_computed)
     return ctx
 
 
@@ -100,8 +103,9 @@ def complete_step(plan, by_id: dict, start: float, now: float, itl) -> tuple[int
             r.first_token_s = now
             changed.append(r)
         else:
-            gap = now - r.last_token_s
-            if r.last_token_s == start:
+            last = r.last_token_s
+            gap = now - last
+            if last == start:
                 step_gaps += 1
             elif itl is not None:
                 itl.add(gap, 1)
@@ -109,7 +113,7 @@ def complete_step(plan, by_id: dict, start: float, now: float, itl) -> tuple[int
                 r.max_itl_s = gap
         r.last_token_s = now
         if g >= r.output_tokens:
-            r.status = Status.FINISHED
+            r.status = _FINISHED
             r.finish_s = now
             if g > 1:
                 changed.append(r)

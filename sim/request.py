@@ -21,6 +21,9 @@ class Status(str, Enum):
     LOST = "lost"  # taken by a fault (a crashed replica under ``faults.on_crash: lose``)
 
 
+_WAITING = Status.WAITING  # read once: an enum member's attribute lookup costs ~80 ns
+
+
 class Request:
     __slots__ = (
         "spec", "id", "prompt_tokens", "output_tokens", "num_computed", "num_generated", "status", "replica", "first_scheduled_s",
@@ -35,7 +38,7 @@ class Request:
         self.output_tokens = spec.output_tokens  # ground truth: policies must not read it
         self.num_computed = 0
         self.num_generated = 0
-        self.status = Status.WAITING
+        self.status = _WAITING
         self.replica = -1
         self.first_scheduled_s: float | None = None
         self.first_token_s: float | None = None

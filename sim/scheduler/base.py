@@ -70,9 +70,12 @@ class Scheduler:
         """Why this policy can never serve ``req`` (None if it can)."""
         kv = self.kv
         need = kv.blocks_for(req.spec.prompt_tokens + req.spec.output_tokens)
-        if need > kv.num_blocks:
+        num_blocks = kv.num_blocks
+        if need > num_blocks:
             return (f"exceeds_kv_capacity: needs {need} KV blocks for {req.spec.prompt_tokens}+{req.spec.output_tokens} tokens; "
                     f"the replica has {kv.num_blocks}")
+        if need <= num_blocks - kv.watermark_blocks:  # the prompt's blocks, no more than these, fit too
+            return None
         prompt = kv.blocks_for(req.spec.prompt_tokens)
         if prompt > kv.num_blocks - kv.watermark_blocks:  # vLLM's AllocStatus.NEVER
             return (f"exceeds_kv_capacity: the prompt needs {prompt} KV blocks; admission keeps "
@@ -362,37 +365,48 @@ class BudgetScheduler(Scheduler):
         for r in self.running_order():
             if budget <= 0:
                 break
-            if preempted and r.id in preempted:
+            rid = r.id
+            if preempted and rid in preempted:
                 continue
             computed = r.num_computed
             want = r.prompt_tokens + r.num_generated - computed  # r.remaining, inlined
-            n = 1 if want == 1 and single else chunk(r, want, budget)
-            if n > 0:
-                total = computed + n
-                table = tables.get(r.id)
-                # a table that already covers the tokens needs no allocation (when asking has no side effects)
-                if (covered_is_noop and table is not None and total <= len(table) * bs) \
-                        or self.grow(r, total, plan, victim):
-                    out[r.id] = n
-                    budget -= n
-            budget, refund = budget + refund, 0
+            if want == 1 and single:
+                n = 1
+            else:
+                n = chunk(r, want, budget)
+                if n <= 0:
+                    continue
+            total = computed + n
+            table = tables.get(rid)
+            # a table that already covers the tokens needs no allocation (when asking has no side effects)
+            if covered_is_noop and table is not None and total <= len(table) * bs:
+                out[rid] = n
+                budget -= n
+                continue
+            if self.grow(r, total, plan, victim):
+                out[rid] = n
+                budget -= n
+            budget, refund = budget + refund, 0  # only ``grow`` calls ``victim``
         return budget
 
     def schedule_waiting(self, plan: StepPlan, budget: int, now: float) -> None:
         """Admit waiting requests in queue order until one does not fit (head-of-line)."""
-        kv = self.kv
-        while self.waiting and budget > 0 and len(self.running) < self.knobs.max_num_seqs:
-            r = self.waiting[0]
-            swapped = kv.is_swapped(r.id)
-            cached = kv.prefix_hit(r.spec, r.num_tokens) if r.num_computed == 0 and not swapped else 0
-            if not self.running and not swapped:  # nothing else can free memory: the chunk shrinks to what fits
-                budget = min(budget, (kv.num_free - kv.watermark_blocks) * kv.block_size - r.num_computed - cached)
-            n = self.chunk(r, r.remaining - cached, budget)
+        kv, waiting, running, out = self.kv, self.waiting, self.running, plan.num_new_tokens
+        max_seqs = self.knobs.max_num_seqs
+        while waiting and budget > 0 and len(running) < max_seqs:
+            r = waiting[0]
+            rid, computed = r.id, r.num_computed
+            num_tokens = r.prompt_tokens + r.num_generated  # r.num_tokens, inlined
+            swapped = kv.is_swapped(rid)
+            cached = kv.prefix_hit(r.spec, num_tokens) if computed == 0 and not swapped else 0
+            if not running and not swapped:  # nothing else can free memory: the chunk shrinks to what fits
+                budget = min(budget, (kv.num_free - kv.watermark_blocks) * kv.block_size - computed - cached)
+            n = self.chunk(r, num_tokens - computed - cached, budget)
             if n <= 0 or not self.admissible(r, now):
                 return
-            if not self.admit_blocks(r, plan, self.reserve(r, r.num_computed + cached + n), cached):
+            if not self.admit_blocks(r, plan, self.reserve(r, computed + cached + n), cached):
                 return
-            self.waiting.popleft()
-            self.running.append(r)
-            plan.num_new_tokens[r.id] = n
+            waiting.popleft()
+            running.append(r)
+            out[rid] = n
             budget -= n
