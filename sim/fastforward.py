@@ -47,15 +47,18 @@ class DecodeRun:
 
     def peak_used(self, used_end: int) -> int:
         """``max(used)`` with the last step's value replaced by ``used_end`` (what the pool held
-        when the last step ended), without building ``used``."""
+        when the last step ended), without building ``used``: a run only allocates, so the
+        blocks in use never fall during it and the peak before its last step is the value at
+        the step before last."""
         peak = used_end
         if self.steps > 1:
-            peak = max(peak, self.start_used)
-            for k, v in self.changes:
-                if k > self.steps - 2:
+            lim, before = self.steps - 2, self.start_used
+            for k, v in reversed(self.changes):
+                if k <= lim:
+                    before = v
                     break
-                if v > peak:
-                    peak = v
+            if before > peak:
+                peak = before
         return peak
 
 

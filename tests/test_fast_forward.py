@@ -106,3 +106,27 @@ def test_fast_forward_is_exact_with_overlapped_scheduling(p):
         kv={"num_gpu_blocks": p["blocks"], "block_size": p["block_size"], "preemption": p["preemption"]},
         workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"]))
     assert_identical(*both(cfg))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 50), st.lists(st.tuples(st.integers(0, 40), st.integers(0, 5)), max_size=12),
+       st.integers(0, 40), st.integers(0, 200))
+def test_peak_used_is_the_max_of_used(start_used, allocations, steps, used_end):
+    """``DecodeRun.peak_used`` (read from the changes, newest first) equals the max of ``used``
+    with the last step's value replaced by what the pool held at the run's end."""
+    from sim.fastforward import DecodeRun
+
+    changes, used, k_prev = [], start_used, -1
+    for k, blocks in sorted(allocations):  # a run only allocates: blocks in use never fall
+        if k == k_prev:
+            continue
+        used += blocks
+        changes.append((k, used))
+        k_prev = k
+    run = DecodeRun([], [0.0] * (steps + 1), None, start_used, changes, "roofline", steps)
+    if steps:
+        expect = run.used
+        expect[-1] = used_end
+        assert run.peak_used(used_end) == max(expect)
+    else:
+        assert run.peak_used(used_end) == used_end
