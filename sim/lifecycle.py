@@ -133,7 +133,6 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
     m0 = step_gap if step_gap > run_max else run_max
     same = 0
     done = []
-    finished = Status.FINISHED
     for r in reqs:  # the first step's gaps, grouped as complete_step groups them
         last = r.last_token_s
         if last == start0:
@@ -150,7 +149,7 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
         g = r.num_generated = r.num_generated + steps
         r.last_token_s = end
         if g >= r.output_tokens:
-            r.status = finished
+            r.status = _FINISHED
             r.finish_s = end
             done.append(r)
     if itl is not None:

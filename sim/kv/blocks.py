@@ -129,20 +129,13 @@ class KVManager:
                  cached_tokens: int = 0) -> bool:
         """Grow ``req_id``'s table to cover ``total_tokens``; False (and no change) if it can't.
         ``spec`` and ``cached_tokens`` (a ``prefix_hit`` answer) matter only with prefix caching."""
-        tables = self.tables
-        table = tables.get(req_id)
-        n = -(-total_tokens // self.block_size) - (len(table) if table is not None else 0)  # extra_blocks, inlined
-        if n <= 0:
-            if table is None:
-                tables[req_id] = []
+        n = self.extra_blocks(req_id, total_tokens)
+        if n == 0:
+            self.tables.setdefault(req_id, [])
             return True
-        pool = self.pool
-        if pool.num_free - n < (self.watermark_blocks if admit else 0):  # not can_allocate(n, admit=admit)
+        if not self.can_allocate(n, admit=admit):
             return False
-        if table is None:
-            tables[req_id] = pool.take(n)
-        else:
-            table.extend(pool.take(n))
+        self.tables.setdefault(req_id, []).extend(self.pool.take(n))
         return True
 
     def grow_one(self, req_id: int, total_tokens: int) -> bool:
