@@ -156,6 +156,10 @@ class Engine:
         self.dynamics = PoolDynamics(self)
         self.dynamic = bool(self.faults.crashes) or cfg.cluster.autoscale.enabled  # the pool changes
         self.end_s: float | None = None  # when the last open request ended (dynamic runs)
+        # a replica that shares no state runs ahead of simpy's clock up to its next possible
+        # arrival (``_wait``): nothing reaches it or reads it before then
+        self.runs_ahead = (self.fast_forward and not self.dynamic and not self.faults and self.clients is None
+                           and self.disagg is None)
 
     def _new_replica(self, i: int, lives: int = 0) -> Replica:
         """Replica ``i`` with an empty KV pool and a fresh scheduler (its ``lives``-th start)."""
@@ -235,7 +239,8 @@ class Engine:
 
     # ------------------------------------------------------------------ one step / one run
     def _step(self, rep: Replica, plan, start: float):
-        """Commit ``plan``, wait for its step, complete it (a generator the loop yields from)."""
+        """Commit ``plan``, wait for its step (unless the replica runs ahead: ``_wait``),
+        complete it; returns the step's end (a generator the loop yields from)."""
         ctx = lifecycle.commit(plan, self.by_id, start)
         if plan.aborted:
             self._abort(plan)
@@ -245,8 +250,9 @@ class Engine:
         st = (self._cost(rep, start) if self.faults else rep.cost).step_time(shape)
         if self.plans is not None:
             self.plans.append((rep.idx, start, tuple(plan.num_new_tokens), shape))
-        yield self.env.timeout(st.total)
-        now = self.env.now
+        now = start + st.total  # (simpy's clock: now + delay)
+        if self._wait(rep, now):
+            yield _At(self.env, now)
         prefill, decode, changed = lifecycle.complete_step(plan, self.by_id, start, now, self.itl)
         for r in changed:  # finished, or got its first token
             if r.finish_s is not None:
@@ -258,12 +264,13 @@ class Engine:
                 self.env.process(self._transfer(r, seconds))
         self.steps.add(rep.idx, start, st, len(shape.new_tokens), prefill, decode, len(plan.preempted),
                        rep.kv.num_used, len(rep.scheduler.waiting))
+        return now
 
     def _run(self, rep: Replica, reqs: list[Request], start: float):
         """Decode fast-forward of the running requests ``reqs``, each to get one decode token
         per step (a steady plan's, or ``Scheduler.decode_batch``'s; a generator the loop yields
-        from, returning False when the pool cannot give the first step's blocks: only a batch
-        that no plan has allocated for, which the loop then plans)."""
+        from, returning the run's end, or None when the pool cannot give the first step's blocks:
+        only a batch that no plan has allocated for, which the loop then plans)."""
         arrival = self.next_arrival_for(rep)
         cost = rep.cost
         if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
@@ -271,19 +278,25 @@ class Engine:
             cost = self._cost(rep, start)
         run = decode_run(reqs, rep.kv, cost, start, arrival, self.steps.keep_rows, rep.step_s)
         if not run.steps:
-            return False
+            return None
         times = run.times
         end = times[-1]
         rep.step_s = end - times[-2]
         waiting = rep.scheduler.waiting
         w0 = len(waiting)  # arrivals can land only in the run's last step
-        rep.run = (run, w0)
-        yield _At(self.env, end)
-        rep.run = None
+        if end >= arrival or self._wait(rep, end):
+            rep.run = (run, w0)
+            yield _At(self.env, end)
+            rep.run = None
         for r in lifecycle.complete_run(reqs, times, run.steps, self.itl):
             self._leave(rep, r)
         self.steps.add_run(rep.idx, run, w0, len(waiting), rep.kv.num_used)
-        return True
+        return end
+
+    def _wait(self, rep: Replica, end: float) -> bool:
+        """Whether the loop must wait for the clock to reach ``end``, the end of a step or run
+        of ``rep`` (else it runs ahead: see ``runs_ahead``)."""
+        return not self.runs_ahead or end >= self.next_arrival_for(rep)
 
     def _leave(self, rep: Replica, r: Request) -> None:
         """``r`` produced its last token: it leaves its scheduler (blocks freed)."""
@@ -399,19 +412,24 @@ class Engine:
             return
 
     def _serve(self, rep: Replica):
-        """One replica's loop: plan, then one step or one fast-forwarded run; sleep when idle."""
+        """One replica's loop: plan, then one step or one fast-forwarded run; sleep when idle.
+        ``now`` is the replica's clock: ahead of simpy's while the replica runs ahead."""
         env, sched = self.env, rep.scheduler
         idle_plans = 0  # plans in a row that computed nothing
+        now = env.now
         while True:
             if self.fast_forward:  # the plan a policy knows without planning: every running request decodes
                 reqs = sched.decode_batch()
-                if reqs is not None and (yield from self._run(rep, reqs, env.now)):
-                    continue
-            plan = sched.schedule(env.now)
+                if reqs is not None:
+                    end = yield from self._run(rep, reqs, now)
+                    if end is not None:
+                        now = end
+                        continue
+            plan = sched.schedule(now)
             if plan.empty:
                 moved = bool(plan.preempted or plan.aborted)
                 if moved:  # preemptions or aborts without a step: apply them, plan again
-                    lifecycle.commit(plan, self.by_id, env.now)
+                    lifecycle.commit(plan, self.by_id, now)
                     self._abort(plan)
                 if sched.has_work():
                     idle_plans += 1
@@ -419,19 +437,22 @@ class Engine:
                         for r, reason in sched.drop_stuck():
                             self._reject(r, reason)
                     continue
+                if now > env.now:  # ran ahead: the clock catches up before the replica idles
+                    yield _At(env, now)
                 if self.arrivals_done and not (self.disagg and self.disagg.upstream_busy(rep)) \
                         and not (self.dynamic and self.by_id):  # a crash may re-queue requests here
                     return
                 rep.wake = env.event()
                 yield rep.wake
                 rep.wake = None
+                now = env.now
                 continue
             idle_plans = 0
             reqs = steady_decode(sched, plan, self.by_id) if self.fast_forward else None
-            if reqs is not None:
-                yield from self._run(rep, reqs, env.now)
+            if reqs is not None:  # (the plan allocated the first step's blocks: the run has steps)
+                now = yield from self._run(rep, reqs, now)
             else:
-                yield from self._step(rep, plan, env.now)
+                now = yield from self._step(rep, plan, now)
 
     def run(self) -> SimOutput:
         """Start the processes (arrivals or clients, the replicas, faults and autoscaling), run
