@@ -284,7 +284,7 @@ class Engine:
         rep.step_s = end - times[-2]
         waiting = rep.scheduler.waiting
         w0 = len(waiting)  # arrivals can land only in the run's last step
-        if end >= arrival or self._wait(rep, end):
+        if end >= arrival or not self.runs_ahead:  # (running ahead, ``arrival`` is next_arrival_for's)
             rep.run = (run, w0)
             yield _At(self.env, end)
             rep.run = None
