@@ -170,8 +170,9 @@ class Engine:
         return Replica(i, sched, kv, self.cost)
 
     # ------------------------------------------------------------------ admission
-    def admit(self, spec) -> None:
-        """An arrival: reject it with a reason, or route it to a replica's scheduler. (A shard
+    def admit(self, spec, turn: int | None = None) -> None:
+        """An arrival: reject it with a reason, or route it to a replica's scheduler (``turn``:
+        the entry replica the router's ``turns`` already gave it, see ``_read_ahead``). (A shard
         keeps only the requests routed to its replicas, and shard 0 the ones rejected before
         routing.)"""
         ctx = self.model.max_context
@@ -180,7 +181,7 @@ class Engine:
         if spec.max_output_tokens is None:
             spec = spec.with_output_limit(max(1, ctx - spec.prompt_tokens))
         too_long = spec.prompt_tokens + spec.output_tokens > ctx
-        rep = None if too_long else self._route(spec)
+        rep = None if too_long else self._route(spec) if turn is None else self.entry_pool[turn]
         if (too_long and self.shard[0]) or (rep is not None and rep.idx not in self.own):
             return  # another shard's request
         req = Request(spec)
@@ -363,16 +364,15 @@ class Engine:
             if delay > 0:
                 yield env.timeout(delay)
             up.popleft()
-            if turn_of is not None:
-                turn_of(None)
-            self.admit(spec)
+            self.admit(spec, None if turn_of is None else turn_of(None))
         self._arrivals_finished()
 
     def _read_ahead(self):
         """With several replicas, a fixed pool and a router whose turns are known (what the
         fast-forward needs), the function that files each spec read ahead under the replica it
         will go to (``self.ahead``, read by ``next_arrival_for``; called with None when the
-        oldest spec read is admitted); else None."""
+        oldest spec read is admitted, it returns that spec's replica, which ``admit`` then takes
+        instead of asking the router again); else None."""
         if not self.fast_forward or len(self.replicas) == 1 or self.dynamic:
             return None
         ctx = self.model.max_context
@@ -380,11 +380,12 @@ class Engine:
         self.ahead = per_rep = [deque() for _ in self.replicas]
         filed: deque = deque()  # the replica of each spec in ``upcoming`` (None: rejected before routing)
 
-        def turn_of(spec) -> None:
-            if spec is None:
+        def turn_of(spec) -> int | None:
+            if spec is None:  # the oldest spec read is admitted: its turn
                 i = filed.popleft()
                 if i is not None:
                     per_rep[i].popleft()
+                return i
             elif spec.prompt_tokens + spec.output_tokens > ctx:
                 filed.append(None)  # rejected before routing: takes no turn
             else:
