@@ -99,10 +99,14 @@ class RequestLog:
             out[name] = np.frombuffer(c[name], np.int64)[idx] if self.rows else np.zeros(0, np.int64)
         for name in _SMALL:
             out[name] = np.frombuffer(c[name], np.int32)[idx] if self.rows else np.zeros(0, np.int32)
-        rows = idx.tolist()
+        rows = None  # idx as a list, made for the first object column that holds anything
         for name in _OBJECT:
             col = c[name]
-            out[name] = [None] * len(col) if col.count(None) == len(col) else [col[i] for i in rows]
+            if col.count(None) == len(col):
+                out[name] = [None] * len(col)
+            else:
+                rows = idx.tolist() if rows is None else rows
+                out[name] = [col[i] for i in rows]
         return out
 
     def clear(self) -> None:
