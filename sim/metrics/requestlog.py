@@ -8,6 +8,7 @@ from there a batch at a time (exact quantiles, in bounded memory; see ``sim.metr
 """
 from __future__ import annotations
 
+import struct
 from array import array
 
 import numpy as np
@@ -21,53 +22,61 @@ _FLOAT = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "max_it
 _INT = ("request_id", "order", "prompt_tokens", "output_tokens", "generated_tokens", "cached_tokens")
 _SMALL = ("replica", "status", "preemptions", "priority")
 _OBJECT = ("slo_class", "tenant", "session_id", "reject_reason")
-
-
-def _f(x) -> float:
-    return np.nan if x is None else x
+_NUMBERS = _FLOAT + _INT + _SMALL
+_ROW = struct.Struct("=" + "d" * len(_FLOAT) + "q" * len(_INT) + "i" * len(_SMALL))  # a row's numbers, packed
+_ROW_FIELDS = np.dtype([(c, np.float64) for c in _FLOAT] + [(c, np.int64) for c in _INT] + [(c, np.int32) for c in _SMALL])
+_pack = _ROW.pack
+_NAN = np.nan
 
 
 class RequestLog:
     """One row per request that left the simulation, in the order they left (``order`` is the
-    admission order, which the frame is sorted by)."""
+    admission order, which the frame is sorted by).
+
+    A row's numbers are packed into one buffer as its request leaves (one ``struct`` pack instead
+    of an append per column) and moved into the columns (``cols``) when they are read."""
 
     def __init__(self, sink=None, chunk_rows: int = 0):
         self.sink, self.chunk_rows = sink, chunk_rows  # sink(columns) takes full chunks away
-        self.cols: dict[str, array | list] = {}
+        self._cols: dict[str, array | list] = {}
         for c in _FLOAT:
-            self.cols[c] = array("d")
+            self._cols[c] = array("d")
         for c in _INT:
-            self.cols[c] = array("q")
+            self._cols[c] = array("q")
         for c in _SMALL:
-            self.cols[c] = array("i")
+            self._cols[c] = array("i")
         for c in _OBJECT:
-            self.cols[c] = []
+            self._cols[c] = []
+        self._objects = tuple(self._cols[c] for c in _OBJECT)
+        self._packed = bytearray()  # the numbers of the rows added since the columns were read, as _ROW
         self.rows = 0
+
+    @property
+    def cols(self) -> dict[str, array | list]:
+        """The columns, every row added so far in them: typed arrays (``array``), lists for the
+        object columns."""
+        if self._packed:
+            packed = np.frombuffer(self._packed, _ROW_FIELDS)
+            for c in _NUMBERS:
+                self._cols[c].frombytes(packed[c].tobytes())
+            self._packed = bytearray()
+        return self._cols
 
     def __len__(self) -> int:
         return self.rows
 
     def add(self, r: Request, order: int) -> None:
-        c, s = self.cols, r.spec
-        c["arrival_s"].append(s.arrival_s)
-        c["first_scheduled_s"].append(_f(r.first_scheduled_s))
-        c["first_token_s"].append(_f(r.first_token_s))
-        c["finish_s"].append(_f(r.finish_s))
-        c["max_itl_s"].append(r.max_itl_s)
-        c["request_id"].append(r.id)
-        c["order"].append(order)
-        c["prompt_tokens"].append(s.prompt_tokens)
-        c["output_tokens"].append(s.output_tokens)
-        c["generated_tokens"].append(r.num_generated)
-        c["cached_tokens"].append(r.cached_tokens)
-        c["replica"].append(r.replica)
-        c["status"].append(STATUS_CODE[r.status])
-        c["preemptions"].append(r.preemptions)
-        c["priority"].append(s.priority)
-        c["slo_class"].append(s.slo_class)
-        c["tenant"].append(s.tenant)
-        c["session_id"].append(s.session_id)
-        c["reject_reason"].append(r.reject_reason)
+        s = r.spec
+        scheduled, first, finish = r.first_scheduled_s, r.first_token_s, r.finish_s  # None: NaN
+        self._packed += _pack(s.arrival_s, _NAN if scheduled is None else scheduled, _NAN if first is None else first,
+                              _NAN if finish is None else finish, r.max_itl_s,
+                              r.id, order, s.prompt_tokens, s.output_tokens, r.num_generated, r.cached_tokens,
+                              r.replica, STATUS_CODE[r.status], r.preemptions, s.priority)
+        slo_class, tenant, session_id, reject_reason = self._objects
+        slo_class.append(s.slo_class)
+        tenant.append(s.tenant)
+        session_id.append(s.session_id)
+        reject_reason.append(r.reject_reason)
         self.rows += 1
         if self.sink is not None and self.rows >= self.chunk_rows:
             self.flush()
@@ -90,10 +99,14 @@ class RequestLog:
             out[name] = np.frombuffer(c[name], np.int64)[idx] if self.rows else np.zeros(0, np.int64)
         for name in _SMALL:
             out[name] = np.frombuffer(c[name], np.int32)[idx] if self.rows else np.zeros(0, np.int32)
-        rows = idx.tolist()
+        rows = None  # idx as a list, made for the first object column that holds anything
         for name in _OBJECT:
             col = c[name]
-            out[name] = [None] * len(col) if col.count(None) == len(col) else [col[i] for i in rows]
+            if col.count(None) == len(col):
+                out[name] = [None] * len(col)
+            else:
+                rows = idx.tolist() if rows is None else rows
+                out[name] = [col[i] for i in rows]
         return out
 
     def clear(self) -> None:

@@ -4,7 +4,7 @@ memory bounded by the requests alone."""
 from __future__ import annotations
 
 from array import array
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from sim.types import COMPONENTS
@@ -135,7 +135,8 @@ class ItlSketch:
 
 @dataclass
 class StepLog:
-    """Columnar per-step records (one entry per engine step)."""
+    """Columnar per-step records (one entry per engine step), and running totals: ``count``,
+    ``peak_kv_blocks`` and ``sources`` (steps per cost source)."""
 
     replica: array = field(default_factory=lambda: array("i"))
     start_s: array = field(default_factory=lambda: array("d"))
@@ -152,14 +153,25 @@ class StepLog:
     keep_rows: bool = True
     count: int = 0  # running totals, kept with or without rows
     peak_kv_blocks: int = 0
-    sources: Counter = field(default_factory=Counter)
+    _sources: Counter = field(default_factory=Counter, init=False, repr=False)
+    # the steps counted since ``sources`` was last read: a Counter's item assignment dispatches
+    # through Python (it defines __delitem__), about three times a plain dict's
+    _recent: defaultdict = field(default_factory=lambda: defaultdict(int), init=False, repr=False)
+
+    @property
+    def sources(self) -> Counter:
+        """Steps per cost source (the one object: what is added to it stays)."""
+        if self._recent:
+            self._sources.update(self._recent)
+            self._recent.clear()
+        return self._sources
 
     def add(self, replica: int, start: float, st, batch: int, prefill: int, decode: int, preempted: int,
             kv_used: int, waiting: int) -> None:
         self.count += 1
         if kv_used > self.peak_kv_blocks:
             self.peak_kv_blocks = kv_used
-        self.sources[st.source] += 1
+        self._recent[st.source] += 1
         if not self.keep_rows:
             return
         self.replica.append(replica)
@@ -185,12 +197,15 @@ class StepLog:
     def add_run(self, replica: int, run, waiting: int, waiting_end: int, used_end: int) -> None:
         """Rows of a decode run: identical to what ``add`` would log step by step (the last
         row sees the arrivals and finishes of the run's last step)."""
-        k, n = run.steps, len(run.reqs)
+        k = run.steps
         self.count += k
-        self.peak_kv_blocks = max(self.peak_kv_blocks, run.peak_used(used_end))
-        self.sources[run.source] += k
+        peak = run.peak_used(used_end)
+        if peak > self.peak_kv_blocks:
+            self.peak_kv_blocks = peak
+        self._recent[run.source] += k
         if not self.keep_rows:
             return
+        n = len(run.reqs)
         used = run.used
         used[-1] = used_end
         self.replica.extend([replica] * k)
