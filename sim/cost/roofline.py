@@ -430,7 +430,7 @@ class RooflineCostModel:
         attention otherwise. No side effects."""
         if steps < VECTOR_STEPS:
             mb = self._mb if self._mb[0] is self.p else self._memory_bound_terms()
-            if mb[1] and self._plain_decode():  # one comprehension: see _memory_bound_terms
+            if mb[8]:  # memory-bound and this class's own decode pricing: one comprehension
                 run = mb[2].get(num_seqs) or self._memory_bound_run(num_seqs)
                 g0, comm, other, cpu, qb, step, K, db, full, floor = run
                 nb = kv_tokens * K + qb  # the first step's attention bytes (an int)
@@ -442,8 +442,10 @@ class RooflineCostModel:
         return None if parts is None else parts[-1]
 
     def _memory_bound_terms(self) -> tuple:
-        """(params, memory_bound, K, QB, db, layers, kernel floor) for ``decode_totals``' short-run
-        comprehension, kept in ``_mb`` until ``p`` is replaced.
+        """(params, memory_bound, the runs' constants by batch size, K, QB, db, layers, kernel floor,
+        memory_bound and ``_plain_decode``, memory_bound and this class's ``attn_decode``) for
+        ``decode_totals``' short-run comprehension and ``_price``'s decode attention, kept in
+        ``_mb`` until ``p`` is replaced (the two class checks are asked once, not per step).
 
         ``memory_bound``: every layer has full-attention GQA decode (no window, no MLA), whole
         bytes per KV and activation element, and the FLOPs term of ``_roof`` is below its bytes
@@ -464,12 +466,13 @@ class RooflineCostModel:
         df, db = self.attn_peak * p.attn_eff, self.bw * p.mem_eff
         ok = (not self.layers_window and not sh.mla and type(kvb) is int and type(b) is int
               and 4.0 * sh.q_heads * sh.head_dim / df * (1.0 + 1e-9) < K / db)
-        self._mb = (p, ok, {}, K, QB, db, self.layers_full, p.kernel_floor_s)
+        self._mb = (p, ok, {}, K, QB, db, self.layers_full, p.kernel_floor_s, ok and self._plain_decode(),
+                    ok and type(self).attn_decode is RooflineCostModel.attn_decode)
         return self._mb
 
     def _memory_bound_run(self, n: int) -> tuple:
         """The constants of ``decode_totals``' comprehension for ``n`` sequences (kept in ``_mb``)."""
-        p, _, runs, K, QB, db, full, floor = self._mb
+        p, _, runs, K, QB, db, full, floor, _, _ = self._mb
         gemm, other, comm, _ = self._dense_part(n, n)
         cpu = p.cpu_step_s + p.cpu_per_seq_s * n
         runs[n] = out = (gemm + 0.0, comm, other, cpu, n * QB, n * K, K, db, full, floor)
@@ -544,8 +547,8 @@ class RooflineCostModel:
         ad = 0.0
         if dec_n:
             mb = self._mb if self._mb[0] is self.p else self._memory_bound_terms()
-            if mb[1] and type(self).attn_decode is RooflineCostModel.attn_decode:  # attn_decode's value, inlined
-                _, _, _, K, QB, db, _, floor = mb
+            if mb[9]:  # memory-bound, this class's attn_decode: its value, inlined
+                _, _, _, K, QB, db, _, floor, _, _ = mb
                 ad = full * (r if (r := (dec_kv * K + dec_n * QB) / db) >= floor else floor)
             else:
                 ad = full * self.attn_decode(dec_n, dec_kv, dec_max)

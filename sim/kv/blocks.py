@@ -114,8 +114,8 @@ class KVManager:
 
     def extra_blocks(self, req_id: int, total_tokens: int) -> int:
         """Blocks ``req_id`` still needs so its table covers ``total_tokens`` tokens."""
-        have = len(self.tables.get(req_id, ()))
-        return max(0, self.blocks_for(total_tokens) - have)
+        n = self.blocks_for(total_tokens) - len(self.tables.get(req_id, ()))
+        return n if n > 0 else 0
 
     def can_allocate(self, n_blocks: int, *, admit: bool = False) -> bool:
         reserve = self.watermark_blocks if admit else 0
@@ -149,7 +149,7 @@ class KVManager:
 
     def free(self, req_id: int) -> int:
         """Return ``req_id``'s blocks to the pool; the number freed."""
-        blocks = self.tables.pop(req_id, [])
+        blocks = self.tables.pop(req_id, ())
         self.pool.give(blocks)
         return len(blocks)
 

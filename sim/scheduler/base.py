@@ -221,8 +221,14 @@ class Scheduler:
 
     def grow(self, r: Request, total_tokens: int, plan: StepPlan, victim) -> bool:
         """Blocks for running ``r`` to cover ``total_tokens``, preempting ``victim()`` until they
-        fit; False when ``r`` itself was the victim."""
-        while not self.kv.allocate(r.id, total_tokens):
+        fit; False when ``r`` itself was the victim. One block more (a decode crossing a block
+        boundary) is asked of ``grow_one``, which is ``allocate`` for that case."""
+        kv = self.kv
+        table = kv.tables.get(r.id)
+        ask = kv.allocate
+        if table is not None and 0 < total_tokens - len(table) * kv.block_size <= kv.block_size:
+            ask = kv.grow_one
+        while not ask(r.id, total_tokens):
             v = victim()
             self.preempt(v, plan)
             if v is r:
@@ -351,14 +357,6 @@ class BudgetScheduler(Scheduler):
     def schedule_running(self, plan: StepPlan, budget: int) -> int:
         """Running requests catch up (decodes, unfinished chunks); returns the budget left. A
         victim already scheduled this step gives its tokens back to the budget."""
-        refund = 0
-
-        def victim() -> Request:
-            nonlocal refund
-            v = self.victim()
-            refund += plan.num_new_tokens.get(v.id, 0)
-            return v
-
         kv, out, preempted = self.kv, plan.num_new_tokens, plan.preempted
         tables, bs, covered_is_noop, chunk = kv.tables, kv.block_size, kv.covered_is_noop, self.chunk
         single = self.chunk_keeps_single_tokens
@@ -383,11 +381,24 @@ class BudgetScheduler(Scheduler):
                 out[rid] = n
                 budget -= n
                 continue
-            if self.grow(r, total, plan, victim):
-                out[rid] = n
-                budget -= n
-            budget, refund = budget + refund, 0  # only ``grow`` calls ``victim``
+            budget = self._grow_running(r, total, n, plan, budget)
         return budget
+
+    def _grow_running(self, r: Request, total: int, n: int, plan: StepPlan, budget: int) -> int:
+        """``schedule_running`` for a request whose blocks must grow to ``total`` tokens for its
+        ``n`` tokens (preempting ``victim``s until they fit); returns the budget left."""
+        refund = 0
+
+        def victim() -> Request:
+            nonlocal refund
+            v = self.victim()
+            refund += plan.num_new_tokens.get(v.id, 0)
+            return v
+
+        if self.grow(r, total, plan, victim):
+            plan.num_new_tokens[r.id] = n
+            budget -= n
+        return budget + refund
 
     def schedule_waiting(self, plan: StepPlan, budget: int, now: float) -> None:
         """Admit waiting requests in queue order until one does not fit (head-of-line)."""
