@@ -10,28 +10,17 @@ from dataclasses import MISSING, dataclass, field, fields
 
 
 def fast_init(cls):
-    """Class decorator for a frozen slots dataclass: replace its generated ``__init__`` with a
-    cheaper one. The generated one calls ``object.__setattr__`` per field (its way past the frozen
-    ``__setattr__``); this one gives the new instance, for the time of its stores, the class of an
-    unfrozen twin with the very same slots (``__class__`` assignment: same layout), stores each
-    field as a plain attribute, and gives it its class back: about a third of the cost, as these
-    values are built once or twice per request or step. An instance of a subclass stores through
-    the slots' own setters instead. Same signature, defaults and stored values, so
-    ``dataclasses.replace``, equality, hashing, pickling and the frozen ``__setattr__`` are
-    unchanged. Only a class of its own fields (no base but ``object``), plain positional fields
-    with plain defaults (no ``default_factory``, ``init=False`` or ``kw_only``) and no
-    ``__post_init__``."""
+    """Class decorator for a frozen slots dataclass: replace its generated ``__init__`` with one
+    that stores each field through its slot's own setter. The generated one calls
+    ``object.__setattr__`` per field (its way past the frozen ``__setattr__``), about twice the
+    cost; these values are built once or twice per request or step. Same signature, defaults and
+    stored values, so ``dataclasses.replace``, equality, hashing, pickling and the frozen
+    ``__setattr__`` are unchanged. Only plain positional fields with plain defaults (no
+    ``default_factory``, ``init=False`` or ``kw_only``) and no ``__post_init__``."""
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"fast_init: {cls.__name__} has a __post_init__")
-    if cls.__bases__ != (object,):
-        raise TypeError(f"fast_init: {cls.__name__} has a base class")
-    twin = type(f"_{cls.__name__}Unfrozen", (), {"__slots__": cls.__slots__, "__module__": cls.__module__})
-    set_class = object.__dict__["__class__"].__set__
-    probe = object.__new__(cls)
-    set_class(probe, twin)
-    probe.__class__ = cls  # the layouts match (else TypeError here, not at the first value)
     names, params = [], []
-    ns: dict = {"_cls": cls, "_twin": twin, "_set_class": set_class}
+    ns: dict = {}
     for f in fields(cls):
         if f.default_factory is not MISSING or not f.init or f.kw_only is True:
             raise TypeError(f"fast_init: {cls.__name__}.{f.name} needs the generated __init__")
@@ -42,10 +31,7 @@ def fast_init(cls):
         else:
             ns[f"_dflt_{f.name}"] = f.default
             params.append(f"{f.name}=_dflt_{f.name}")
-    body = ("    if type(self) is _cls:\n        _set_class(self, _twin)\n"
-            + "".join(f"        self.{n} = {n}\n" for n in names)
-            + "        self.__class__ = _cls\n    else:\n"
-            + "".join(f"        _set_{n}(self, {n})\n" for n in names))
+    body = "".join(f"    _set_{n}(self, {n})\n" for n in names)
     exec(f"def __init__(self, {', '.join(params)}):\n{body}", ns)
     init = ns["__init__"]
     init.__module__, init.__qualname__ = cls.__module__, f"{cls.__qualname__}.__init__"

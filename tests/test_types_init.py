@@ -80,29 +80,3 @@ def test_post_init_and_kw_only_refused():
         @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
         class _Kw:
             a: int
-
-
-def test_values_have_their_own_class_and_stay_frozen():
-    for cls, value in ((_Fast, _Fast(1)), (RequestSpec, RequestSpec(1, 0.0, 2, 3)), (StepTime, StepTime(2.0)),
-                       (BatchShape, BatchShape((1,), (0,)))):
-        assert type(value) is cls and value.__class__ is cls
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            setattr(value, dataclasses.fields(cls)[-1].name, 0)
-
-
-def test_a_subclass_stores_through_the_slots():
-    class Sub(_Fast):
-        __slots__ = ("extra",)
-
-    s = Sub(4, c=(1,))
-    assert type(s) is Sub and (s.a, s.b, s.c) == (4, 1.5, (1,))
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        s.a = 0
-
-
-def test_a_class_with_a_base_refused():
-    with pytest.raises(TypeError):
-        @fast_init
-        @dataclasses.dataclass(frozen=True, slots=True)
-        class _Derived(_Generated):
-            d: int = 0
