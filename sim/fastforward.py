@@ -252,8 +252,11 @@ class BlockGrower:
         mask = (1 << s) - 1
         events = [k << s | i for i, k in enumerate(due) if k < k_end]
         if first + bs < k_end:  # some request crosses more than one block boundary
-            stride, end = bs << s, k_end << s
-            events += [e2 for e in events for e2 in range(e + stride, end, stride)]
+            stride = bs << s
+            last = (k_end - bs) << s  # a crossing before this step has another before k_end
+            for e in events:  # (the loop also visits the crossings it appends)
+                if e < last:
+                    events.append(e + stride)
         events.sort()
         m = len(events)
         if kv.bulk_growth and kv.can_allocate(m):  # the pool gives them all: no step can be refused
