@@ -21,7 +21,7 @@ from sim.request import Request, Status
 from sim.types import COMPONENTS
 
 
-@dataclass
+@dataclass(slots=True)
 class DecodeRun:
     """A run of identical decode steps, as columns."""
 
@@ -230,6 +230,8 @@ def _totals_step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, sta
 class BlockGrower:
     """Allocates the blocks a steady decode batch needs, step by step in running order (as the
     scheduler would), and remembers how many blocks were in use after each step's allocations."""
+
+    __slots__ = ("kv", "reqs", "due", "start_used", "changes")
 
     def __init__(self, kv: KVManager, reqs: list[Request], due: list[int]):
         self.kv, self.reqs = kv, reqs
