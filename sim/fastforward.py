@@ -263,7 +263,9 @@ class BlockGrower:
         m = len(events)
         if kv.bulk_growth and kv.can_allocate(m):  # the pool gives them all: no step can be refused
             pool, tables, reqs, changes = kv.pool, kv.tables, self.reqs, self.changes
-            used, prev = pool.num_used, events[0] >> s
+            # blocks in use: nothing but this grower allocates during a run
+            used = changes[-1][1] if changes else self.start_used
+            prev = events[0] >> s
             for b, e in zip(pool.take(m), events):
                 k = e >> s
                 i = e & mask
