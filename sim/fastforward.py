@@ -21,7 +21,7 @@ from sim.request import Request, Status
 from sim.types import COMPONENTS
 
 
-@dataclass
+@dataclass(slots=True)
 class DecodeRun:
     """A run of identical decode steps, as columns."""
 
@@ -61,6 +61,8 @@ class DecodeRun:
                 peak = before
         return peak
 
+
+_INF = float("inf")
 
 MAX_GUESS = 4096
 """When a run may end at an arrival, the first go prices as many steps as would fit before the
@@ -123,8 +125,10 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
         if not columns and hasattr(cost, "decode_total"):
             return _totals_step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival)
         return _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival)
-    k_end = grower.grow_until(len(times) - 1)
-    del times[k_end + 1:]
+    steps = len(times) - 1
+    k_end = grower.grow_until(steps)
+    if k_end < steps:
+        del times[k_end + 1:]
     if hasattr(cost, "count_decode_run"):  # a model whose decode_totals counts nothing counts the steps kept
         cost.count_decode_run(n, kv_tokens, longest, k_end)
     cols = None
@@ -139,39 +143,45 @@ def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: floa
     """Start times of the run's steps up to ``horizon`` or the first step (after the first) that
     would start at or after ``arrival``, then the end of the last: the clock simpy would keep
     (sequential sums). Prices in chunks: a short list first (the steps until the arrival at
-    ``price``, else one step whose price sizes the next go), then longer arrays."""
-    times, t, done = [start], start, 0
-    if arrival == float("inf"):
+    ``price``, else one step whose price sizes the next go), then longer arrays. The first go's
+    running sums are the list returned (they begin at ``start``); later goes extend it."""
+    if arrival == _INF:
         m = horizon
+    elif price and arrival > start:
+        m = _steps_until(arrival - start, price)
     else:
-        m = _steps_until(arrival - start, price) if price and arrival > start else 1
+        m = 1
+    times, t, done = [start], start, 0
     while done < horizon:
-        m = min(m, horizon - done)
+        if m > horizon - done:
+            m = horizon - done
         tot = cost.decode_totals(n, kv_tokens + done * n, longest + done, m)
         if tot is None:
             return None
+        # cum[i]: the start of step done + i (sequential sums); cut: the first step after the
+        # run's first that would start at or after the arrival (m: none of these), which ends the run
         if isinstance(tot, list):
-            cum = list(accumulate(tot, initial=t))  # cum[i]: the start of step done + i (sequential sums)
-            # the first step after the run's first that would start at or after the arrival ends the run
+            cum = list(accumulate(tot, initial=t))
             cut = bisect_left(cum, arrival, 0 if done else 1, m)
-            times += cum[1: cut + 1]
             if cut < m:
-                return times
-            t, done = cum[m], done + m
-            if done == 1 and m == 1 and t < arrival < float("inf"):
-                # the first step's price sizes the next go: the steps until the arrival
-                m = _steps_until(arrival - t, tot[0])
-                continue
+                del cum[cut + 1:]
         else:
             cum = np.cumsum(np.concatenate(([t], tot)))  # sequential, like simpy's clock
-            late = np.flatnonzero(cum[:m] >= arrival)
-            if late.size and done + late[0] == 0:  # the run's first step always runs
-                late = late[1:]
-            if late.size:
-                times.extend(cum[1: int(late[0]) + 1].tolist())
-                return times
-            times.extend(cum[1:].tolist())
-            t, done = times[-1], done + m
+            lo = 0 if done else 1
+            late = np.flatnonzero(cum[lo:m] >= arrival)
+            cut = lo + int(late[0]) if late.size else m
+            cum = cum[: cut + 1].tolist()
+        if done:
+            times += cum[1:]
+        else:
+            times = cum
+        if cut < m:
+            return times
+        t, done = cum[-1], done + m
+        if done == 1 and m == 1 and t < arrival < _INF:
+            # the first step's price sizes the next go: the steps until the arrival
+            m = _steps_until(arrival - t, tot[0])
+            continue
         m *= 4
     return times
 
@@ -179,7 +189,11 @@ def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: floa
 def _steps_until(gap: float, price: float) -> int:
     """How many steps of ``price`` seconds to price at once to reach ``gap`` seconds ahead (two
     more, as later steps only get slower; at most ``MAX_GUESS``)."""
-    return min(MAX_GUESS, int(gap / price) + 2) if price > 0 else MAX_GUESS
+    if price > 0:
+        m = int(gap / price) + 2
+        if m < MAX_GUESS:
+            return m
+    return MAX_GUESS
 
 
 def _step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, start, arrival) -> DecodeRun:
@@ -217,6 +231,8 @@ class BlockGrower:
     """Allocates the blocks a steady decode batch needs, step by step in running order (as the
     scheduler would), and remembers how many blocks were in use after each step's allocations."""
 
+    __slots__ = ("kv", "reqs", "due", "start_used", "changes")
+
     def __init__(self, kv: KVManager, reqs: list[Request], due: list[int]):
         self.kv, self.reqs = kv, reqs
         self.due = due  # the step at which request i needs its next block: the step whose token overflows its table
@@ -226,33 +242,42 @@ class BlockGrower:
     def grow_until(self, k_end: int) -> int:
         """Allocate for the steps before ``k_end``; returns the first step the pool cannot give
         (``k_end`` if it can give them all)."""
-        kv, due = self.kv, self.due
+        due = self.due
         first = min(due)
         if first >= k_end:  # the common short run: no request crosses a block boundary
             return k_end
-        # every block needed before k_end as one integer, step * n + request index, so that
+        # every block needed before k_end as one integer, step << s | request index, so that
         # sorting them gives the allocation order (by step, then running order)
+        kv = self.kv
         bs, n = kv.block_size, len(due)
-        events = [k * n + i for i, k in enumerate(due) if k < k_end]
+        s = n.bit_length()
+        mask = (1 << s) - 1
+        events = [k << s | i for i, k in enumerate(due) if k < k_end]
         if first + bs < k_end:  # some request crosses more than one block boundary
-            stride, end = bs * n, k_end * n
-            events += [e2 for e in events for e2 in range(e + stride, end, stride)]
+            stride = bs << s
+            last = (k_end - bs) << s  # a crossing before this step has another before k_end
+            for e in events:  # (the loop also visits the crossings it appends)
+                if e < last:
+                    events.append(e + stride)
         events.sort()
         m = len(events)
         if kv.bulk_growth and kv.can_allocate(m):  # the pool gives them all: no step can be refused
-            pool, tables, reqs = kv.pool, kv.tables, self.reqs
-            used = pool.num_used
-            changes, prev = self.changes, events[0] // n
-            for j, (b, e) in enumerate(zip(pool.take(m), events)):
-                k, i = divmod(e, n)
+            pool, tables, reqs, changes = kv.pool, kv.tables, self.reqs, self.changes
+            # blocks in use: nothing but this grower allocates during a run
+            used = changes[-1][1] if changes else self.start_used
+            prev = events[0] >> s
+            for b, e in zip(pool.take(m), events):
+                k = e >> s
+                i = e & mask
                 tables[reqs[i].id].append(b)
                 due[i] = k + bs
                 if k != prev:
-                    changes.append((prev, used + j))
+                    changes.append((prev, used))
                     prev = k
-            changes.append((prev, used + m))
+                used += 1
+            changes.append((prev, used))
             return k_end
-        events = [divmod(e, n) for e in events]
+        events = [(e >> s, e & mask) for e in events]
         j, reqs = 0, self.reqs
         while j < m:
             k = events[j][0]

@@ -131,20 +131,21 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
     run_max = max(gaps) if gaps else 0.0
     step_gap = first_end - start0  # the first step's gap of a request whose last token came at its start
     m0 = step_gap if step_gap > run_max else run_max
-    same = 0
+    others = 0  # requests whose last token came before the run's start
     done = []
     for r in reqs:  # the first step's gaps, grouped as complete_step groups them
         last = r.last_token_s
         if last == start0:
-            same += 1
-            m = m0
+            if m0 > r.max_itl_s:
+                r.max_itl_s = m0
         else:
+            others += 1
             gap = first_end - last
             if itl is not None:
                 itl.add(gap, 1)
             m = gap if gap > run_max else run_max
-        if m > r.max_itl_s:
-            r.max_itl_s = m
+            if m > r.max_itl_s:
+                r.max_itl_s = m
         r.num_computed += steps
         g = r.num_generated = r.num_generated + steps
         r.last_token_s = end
@@ -153,8 +154,8 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
             r.finish_s = end
             done.append(r)
     if itl is not None:
-        if same:
-            itl.add(step_gap, same)
+        if others < len(reqs):
+            itl.add(step_gap, len(reqs) - others)
         if gaps:
             itl.extend(gaps, len(reqs))
     return done
