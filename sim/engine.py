@@ -109,6 +109,9 @@ class Engine:
     ``lifecycle.complete_run``. It replaces 1 too when the policy knows its plan without making
     it (``Scheduler.decode_batch``: nothing waits and every running request decodes).
 
+    A replica that shares no state (``runs_ahead``) does not wait for a step or run that ends
+    before its next arrival can come (``_wait``): its loop keeps its own clock, ahead of simpy's.
+
     Around the loop: ``self.faults`` (``sim/cluster/faults.py``) slows the steps of a straggling
     replica (``_cost``); ``self.dynamics`` (``sim/cluster/dynamics.py``) crashes, restarts and
     autoscales replicas and holds the requests parked while none serves; ``self.clients``

@@ -36,6 +36,8 @@ res = simulate({"cluster": {"replicas": 8}, "workload": {"rate": rate, "num_requ
 wall, cpu = time.perf_counter() - t, time.process_time() - c
 s = res.summary
 print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "worker_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                  "worker_cpu_s": sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2]),
                   "steps": s["sim"]["steps"], "completed": s["requests"]["completed"], "ttft_p99": s["ttft_s"]["p99"]}))
 """
 
@@ -55,14 +57,18 @@ def main() -> None:
     ap.add_argument("--stream", action="store_true", help="output.stream: request rows written to disk in chunks")
     ap.add_argument("--ten-million", action="store_true", help="10,000,000 requests, streamed")
     ap.add_argument("--cost-model", default="roofline", choices=["roofline", "auto"])
-    ap.add_argument("--workers", type=int, default=1, help="engine.workers (CPU time is then the parent's only)")
+    ap.add_argument("--workers", type=int, default=1, help="engine.workers (CPU time and peak RSS are then the "
+                    "parent's; the workers' are printed apart)")
     a = ap.parse_args()
     n, stream = (10_000_000, True) if a.ten_million else (a.requests, a.stream)
     r = run_case(n, a.rate, stream, a.cost_model, a.workers)
     print(f"{n:,} requests on 8 replicas ({a.cost_model}{', streamed' if stream else ''}"
           f"{f', {a.workers} workers' if a.workers > 1 else ''}): {r['steps']:,} engine steps in "
           f"{r['wall_s']:.1f} s wall ({r['cpu_s']:.1f} s CPU; {n / r['wall_s']:,.0f} requests/s), "
-          f"peak RSS {r['peak_rss_mib']:,.0f} MiB; {r['completed']:,} completed, p99 TTFT {r['ttft_p99']:.3f} s")
+          f"peak RSS {r['peak_rss_mib']:,.0f} MiB"
+          + (f" (the largest worker's {r['worker_rss_mib']:,.0f} MiB, the workers' CPU {r['worker_cpu_s']:.1f} s)"
+             if a.workers > 1 else "")
+          + f"; {r['completed']:,} completed, p99 TTFT {r['ttft_p99']:.3f} s")
 
 
 if __name__ == "__main__":
