@@ -51,6 +51,7 @@ Formulas (b = bytes per element, T = new tokens in the step, h = hidden size):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -102,6 +103,21 @@ VECTOR_STEPS = 48
 
 PREFILL_MEMO_ENTRIES = 1 << 16
 """Most single-chunk prefill-attention prices a roofline model memoises (about 10 MB at this size)."""
+
+
+class _MemoryBound(NamedTuple):
+    """What ``RooflineCostModel._memory_bound_terms`` works out once per parameter set ``p``."""
+
+    p: object  # the parameters these were computed for
+    ok: bool  # memory-bound (see ``_memory_bound_terms``)
+    runs: dict  # the comprehension's constants by batch size (``_memory_bound_run``)
+    K: int  # KV bytes per cached token of one layer
+    QB: int  # query and output bytes per sequence of one layer
+    db: float  # effective memory bandwidth
+    full: int  # full-attention layers
+    floor: float  # the kernel floor
+    series: bool  # ok and this class's own ``_plain_decode`` pricing
+    inline: bool  # ok and this class's own ``attn_decode``
 
 
 class RooflineCostModel:
@@ -156,7 +172,7 @@ class RooflineCostModel:
         self._seq_cache: dict[int, tuple[float, float, float, float, int]] = {}
         self._prefill_memo: dict = {}
         self._oor = 0
-        self._mb: tuple = (None,)  # decode_totals' constants (_memory_bound_terms)
+        self._mb: _MemoryBound | None = None  # decode_totals' constants (_memory_bound_terms)
 
     # ------------------------------------------------------------------ operators
     def _roof(self, flops: float, nbytes: float, eff: float, peak: float | None = None) -> float:
@@ -429,9 +445,9 @@ class RooflineCostModel:
         list for short runs, a numpy array for long ones; None for subclasses that price decode
         attention otherwise. No side effects."""
         if steps < VECTOR_STEPS:
-            mb = self._mb if self._mb[0] is self.p else self._memory_bound_terms()
-            if mb[8]:  # memory-bound and this class's own decode pricing: one comprehension
-                run = mb[2].get(num_seqs) or self._memory_bound_run(num_seqs)
+            mb = self._mb if self._mb is not None and self._mb.p is self.p else self._memory_bound_terms()
+            if mb.series:  # memory-bound and this class's own decode pricing: one comprehension
+                run = mb.runs.get(num_seqs) or self._memory_bound_run(num_seqs)
                 g0, comm, other, cpu, qb, step, K, db, full, floor = run
                 nb = kv_tokens * K + qb  # the first step's attention bytes (an int)
                 nbs = range(nb, nb + steps * step, step)
@@ -441,11 +457,10 @@ class RooflineCostModel:
         parts = self._decode_parts(num_seqs, kv_tokens, longest, steps)
         return None if parts is None else parts[-1]
 
-    def _memory_bound_terms(self) -> tuple:
-        """(params, memory_bound, the runs' constants by batch size, K, QB, db, layers, kernel floor,
-        memory_bound and ``_plain_decode``, memory_bound and this class's ``attn_decode``) for
-        ``decode_totals``' short-run comprehension and ``_price``'s decode attention, kept in
-        ``_mb`` until ``p`` is replaced (the two class checks are asked once, not per step).
+    def _memory_bound_terms(self) -> _MemoryBound:
+        """The constants of ``decode_totals``' short-run comprehension and ``_price``'s decode
+        attention (``_MemoryBound``), kept in ``_mb`` until ``p`` is replaced (the two class
+        checks are asked once, not per step).
 
         ``memory_bound``: every layer has full-attention GQA decode (no window, no MLA), whole
         bytes per KV and activation element, and the FLOPs term of ``_roof`` is below its bytes
@@ -466,13 +481,13 @@ class RooflineCostModel:
         df, db = self.attn_peak * p.attn_eff, self.bw * p.mem_eff
         ok = (not self.layers_window and not sh.mla and type(kvb) is int and type(b) is int
               and 4.0 * sh.q_heads * sh.head_dim / df * (1.0 + 1e-9) < K / db)
-        self._mb = (p, ok, {}, K, QB, db, self.layers_full, p.kernel_floor_s, ok and self._plain_decode(),
-                    ok and type(self).attn_decode is RooflineCostModel.attn_decode)
+        self._mb = _MemoryBound(p, ok, {}, K, QB, db, self.layers_full, p.kernel_floor_s, ok and self._plain_decode(),
+                                ok and type(self).attn_decode is RooflineCostModel.attn_decode)
         return self._mb
 
     def _memory_bound_run(self, n: int) -> tuple:
         """The constants of ``decode_totals``' comprehension for ``n`` sequences (kept in ``_mb``)."""
-        p, _, runs, K, QB, db, full, floor, _, _ = self._mb
+        p, _, runs, K, QB, db, full, floor, _, _ = self._mb  # (a tuple: unpacked in field order)
         gemm, other, comm, _ = self._dense_part(n, n)
         cpu = p.cpu_step_s + p.cpu_per_seq_s * n
         runs[n] = out = (gemm + 0.0, comm, other, cpu, n * QB, n * K, K, db, full, floor)
@@ -546,9 +561,9 @@ class RooflineCostModel:
         ap = full * self.attn_prefill(chunks) if chunks else 0.0
         ad = 0.0
         if dec_n:
-            mb = self._mb if self._mb[0] is self.p else self._memory_bound_terms()
-            if mb[9]:  # memory-bound, this class's attn_decode: its value, inlined
-                _, _, _, K, QB, db, _, floor, _, _ = mb
+            mb = self._mb if self._mb is not None and self._mb.p is self.p else self._memory_bound_terms()
+            if mb.inline:  # memory-bound, this class's attn_decode: its value, inlined
+                K, QB, db, floor = mb.K, mb.QB, mb.db, mb.floor
                 ad = full * (r if (r := (dec_kv * K + dec_n * QB) / db) >= floor else floor)
             else:
                 ad = full * self.attn_decode(dec_n, dec_kv, dec_max)
