@@ -16,7 +16,6 @@ from sim.cluster import ROUTERS
 from sim.errors import ConfigError
 from sim.metrics.requestlog import RequestLog
 from sim.metrics.steplog import ItlLog, StepLog
-from sim.types import COMPONENTS
 
 
 def shard_refusal(cfg) -> str | None:
@@ -62,21 +61,9 @@ def merge(parts: list, workers: int):
     first = parts[0]
     requests, steps, itl = RequestLog(), StepLog(keep_rows=first.steps.keep_rows), ItlLog()
     for p in parts:
-        for name, col in p.requests.cols.items():
-            requests.cols[name].extend(col)
-        requests.rows += p.requests.rows
-        s = p.steps
-        steps.count += s.count
-        steps.peak_kv_blocks = max(steps.peak_kv_blocks, s.peak_kv_blocks)
-        steps.sources.update(s.sources)
-        if steps.keep_rows:
-            for name in ("replica", "start_s", "duration_s", "batch_size", "num_tokens", "prefill_tokens",
-                         "decode_tokens", "preempted", "kv_blocks_used", "waiting", "source"):
-                getattr(steps, name).extend(getattr(s, name))
-            for c in COMPONENTS:
-                steps.components[c].extend(s.components[c])
-        itl.values.extend(p.itl.values)
-        itl.counts.extend(p.itl.counts)
+        requests.merge(p.requests)
+        steps.merge(p.steps)
+        itl.merge(p.itl)
     out = first
     out.requests, out.steps, out.itl = requests, steps, itl
     out.simulated_s = max(p.simulated_s for p in parts)

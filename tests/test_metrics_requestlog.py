@@ -68,7 +68,7 @@ def test_rows_come_back_as_added(fields, rnd):
 
 
 def test_merged_logs_hold_every_row():
-    """As ``sim.shards.merge`` merges the workers' logs: through ``cols``."""
+    """``merge`` (what ``sim.shards.merge`` does with the workers' logs) keeps every row."""
     parts = []
     for w in range(2):
         part = RequestLog()
@@ -81,9 +81,7 @@ def test_merged_logs_hold_every_row():
         parts.append(part)
     merged = RequestLog()
     for p in parts:
-        for name, col in p.cols.items():
-            merged.cols[name].extend(col)
-        merged.rows += p.rows
+        merged.merge(p)
     cols = merged.columns()
     assert cols["request_id"].tolist() == list(range(6)) and cols["replica"].tolist() == [0, 1, 0, 1, 0, 1]
     assert cols["tenant"] == [None, None, None, "t", None, None]

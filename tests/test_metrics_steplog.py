@@ -48,7 +48,7 @@ def test_totals_count_every_step(first, second):
 
 
 def test_merged_totals():
-    """As ``sim.shards.merge`` merges the workers' logs."""
+    """``merge`` (what ``sim.shards.merge`` does with the workers' logs) adds the totals."""
     parts = []
     for w in range(2):
         part = StepLog(keep_rows=False)
@@ -56,8 +56,6 @@ def test_merged_totals():
         parts.append(part)
     merged = StepLog(keep_rows=False)
     for p in parts:
-        merged.count += p.count
-        merged.peak_kv_blocks = max(merged.peak_kv_blocks, p.peak_kv_blocks)
-        merged.sources.update(p.sources)
+        merged.merge(p)
     assert merged.sources == Counter({"roofline": 12, "profiled": 2}) and merged.count == 14
     assert merged.peak_kv_blocks == 10

@@ -109,5 +109,12 @@ class RequestLog:
                 out[name] = [col[i] for i in rows]
         return out
 
+    def merge(self, other: "RequestLog") -> None:
+        """Append ``other``'s rows (another process's log of other replicas: ``sim.shards``)."""
+        cols = self.cols
+        for name, col in other.cols.items():
+            cols[name].extend(col)
+        self.rows += other.rows
+
     def clear(self) -> None:
         self.__init__(self.sink, self.chunk_rows)

@@ -40,6 +40,11 @@ class ItlLog:
         self._tokens.append(tokens)
         self._lengths.append(len(gaps))
 
+    def merge(self, other: "ItlLog") -> None:
+        """Append ``other``'s gaps and counts (another process's log: ``sim.shards``)."""
+        self.values.extend(other.values)
+        self.counts.extend(other.counts)
+
     def runs(self) -> tuple[array, array | None]:
         """The counts as they are held: (tokens, lengths), ``lengths[i]`` values of ``tokens[i]``
         tokens each, or (counts, None), one per value (``weighted_dist`` takes either)."""
@@ -193,6 +198,19 @@ class StepLog:
         c["other_gpu"].append(st.other_gpu)
         c["cpu"].append(st.cpu)
         c["swap"].append(st.swap)
+
+    def merge(self, other: "StepLog") -> None:
+        """Add ``other``'s totals and rows (another process's log of other replicas: ``sim.shards``;
+        rows are kept only if this log keeps them)."""
+        self.count += other.count
+        self.peak_kv_blocks = max(self.peak_kv_blocks, other.peak_kv_blocks)
+        self.sources.update(other.sources)
+        if self.keep_rows:
+            for name in ("replica", "start_s", "duration_s", "batch_size", "num_tokens", "prefill_tokens",
+                         "decode_tokens", "preempted", "kv_blocks_used", "waiting", "source"):
+                getattr(self, name).extend(getattr(other, name))
+            for c in COMPONENTS:
+                self.components[c].extend(other.components[c])
 
     def add_run(self, replica: int, run, waiting: int, waiting_end: int, used_end: int) -> None:
         """Rows of a decode run: identical to what ``add`` would log step by step (the last
