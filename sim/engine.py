@@ -251,7 +251,7 @@ class Engine:
         par = self.cfg.parallelism
         shape = BatchShape(tuple(plan.num_new_tokens.values()), tuple(ctx), plan.blocks_swapped_in,
                            plan.blocks_swapped_out, par.tp, par.pp)
-        st = (self._cost(rep, start) if self.faults else rep.cost).step_time(shape)
+        st = self._cost(rep, start).step_time(shape)
         if self.plans is not None:
             self.plans.append((rep.idx, start, tuple(plan.num_new_tokens), shape))
         now = start + st.total  # (simpy's clock: now + delay)
@@ -288,7 +288,7 @@ class Engine:
         rep.step_s = end - times[-2]
         waiting = rep.scheduler.waiting
         w0 = len(waiting)  # arrivals can land only in the run's last step
-        if end >= arrival or not self.runs_ahead:  # (running ahead, ``arrival`` is next_arrival_for's)
+        if self._wait(rep, end, arrival):
             rep.run = (run, w0)
             yield _At(self.env, end)
             rep.run = None
@@ -297,10 +297,13 @@ class Engine:
         self.steps.add_run(rep.idx, run, w0, len(waiting), rep.kv.num_used)
         return end
 
-    def _wait(self, rep: Replica, end: float) -> bool:
+    def _wait(self, rep: Replica, end: float, arrival: float | None = None) -> bool:
         """Whether the loop must wait for the clock to reach ``end``, the end of a step or run
-        of ``rep`` (else it runs ahead: see ``runs_ahead``)."""
-        return not self.runs_ahead or end >= self.next_arrival_for(rep)
+        of ``rep``, rather than run ahead (``runs_ahead``): it must when an arrival can reach
+        ``rep`` by then (``arrival``: ``next_arrival_for(rep)`` when the caller has it)."""
+        if not self.runs_ahead:
+            return True
+        return end >= (self.next_arrival_for(rep) if arrival is None else arrival)
 
     def _leave(self, rep: Replica, r: Request) -> None:
         """``r`` produced its last token: it leaves its scheduler (blocks freed)."""

@@ -14,7 +14,7 @@ from test_fast_forward import assert_identical
 
 def waiting_always(monkeypatch, cfg):
     with monkeypatch.context() as m:
-        m.setattr(Engine, "_wait", lambda self, rep, end: True)
+        m.setattr(Engine, "_wait", lambda self, *args: True)
         return simulate(cfg)
 
 

@@ -221,14 +221,8 @@ class Scheduler:
 
     def grow(self, r: Request, total_tokens: int, plan: StepPlan, victim) -> bool:
         """Blocks for running ``r`` to cover ``total_tokens``, preempting ``victim()`` until they
-        fit; False when ``r`` itself was the victim. One block more (a decode crossing a block
-        boundary) is asked of ``grow_one``, which is ``allocate`` for that case."""
-        kv = self.kv
-        table = kv.tables.get(r.id)
-        ask = kv.allocate
-        if table is not None and 0 < total_tokens - len(table) * kv.block_size <= kv.block_size:
-            ask = kv.grow_one
-        while not ask(r.id, total_tokens):
+        fit; False when ``r`` itself was the victim."""
+        while not self.kv.allocate(r.id, total_tokens):
             v = victim()
             self.preempt(v, plan)
             if v is r:
