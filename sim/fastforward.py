@@ -29,37 +29,42 @@ class DecodeRun:
     times: list  # steps + 1 entries: each step's start, then the last step's end
     columns: dict | None  # "total" and each component, one value per step (None: not asked for)
     start_used: int  # KV blocks in use before the run's first allocation
-    changes: list  # (step, blocks in use from that step on), in step order
+    grown: list  # (step, blocks): a request got one block at that step and every block_size steps after, that many
+    block_size: int
     source: str
     steps: int
+
+    def used_after(self, k: int) -> int:
+        """KV blocks in use after step ``k``'s allocations (a run only allocates, and nothing
+        else allocates during it)."""
+        used, bs = self.start_used, self.block_size
+        for first, blocks in self.grown:
+            if first <= k:
+                c = (k - first) // bs + 1
+                used += c if c < blocks else blocks
+        return used
 
     @property
     def used(self) -> list[int]:
         """KV blocks in use after each step's allocations, one value per step."""
-        out, k0, u0 = [], 0, self.start_used
-        for k, u in self.changes:
-            if k >= self.steps:
-                break
-            out += [u0] * (k - k0)
-            k0, u0 = k, u
-        out += [u0] * (self.steps - k0)
-        return out
+        k, bs = self.steps, self.block_size
+        if k <= 0:
+            return []
+        new = [0] * k  # blocks allocated at each step (those before step 0 count at step 0)
+        for first, blocks in self.grown:
+            for j in range(first, min(first + blocks * bs, k), bs):
+                new[j if j > 0 else 0] += 1
+        return list(accumulate(new, initial=self.start_used))[1:]
 
     def peak_used(self, used_end: int) -> int:
         """``max(used)`` with the last step's value replaced by ``used_end`` (what the pool held
-        when the last step ended), without building ``used``: a run only allocates, so the
-        blocks in use never fall during it and the peak before its last step is the value at
-        the step before last."""
-        peak = used_end
+        when the last step ended), without building ``used``: blocks in use never fall during a
+        run, so the peak before its last step is the value at the step before last."""
         if self.steps > 1:
-            lim, before = self.steps - 2, self.start_used
-            for k, v in reversed(self.changes):
-                if k <= lim:
-                    before = v
-                    break
-            if before > peak:
-                peak = before
-        return peak
+            before = self.used_after(self.steps - 2)
+            if before > used_end:
+                return before
+        return used_end
 
 
 _INF = float("inf")
@@ -103,7 +108,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     n = len(reqs)
     # one pass over the batch: the steps until the first finish, the KV tokens, the longest
     # context, and the step at which each request needs its next block (its table overflows)
-    bs, tables = kv.block_size, kv.tables
+    bs, held = kv.block_size, kv.held
     horizon = kv_tokens = longest = 0
     due = []
     for r in reqs:
@@ -114,7 +119,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
         kv_tokens += c
         if c > longest:
             longest = c
-        due.append(len(tables[r.id]) * bs - c)
+        due.append(held[r.id] * bs - c)
     kv_tokens += n
     longest += 1
     grower = BlockGrower(kv, reqs, due)
@@ -228,16 +233,17 @@ def _totals_step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, sta
 
 
 class BlockGrower:
-    """Allocates the blocks a steady decode batch needs, step by step in running order (as the
-    scheduler would), and remembers how many blocks were in use after each step's allocations."""
+    """Allocates the blocks a steady decode batch needs, as the scheduler would step by step
+    in running order, and remembers when (``grown``: one entry per request and go, the first
+    step it got a block at and how many it got, one every ``block_size`` steps)."""
 
-    __slots__ = ("kv", "reqs", "due", "start_used", "changes")
+    __slots__ = ("kv", "reqs", "due", "start_used", "grown")
 
     def __init__(self, kv: KVManager, reqs: list[Request], due: list[int]):
         self.kv, self.reqs = kv, reqs
-        self.due = due  # the step at which request i needs its next block: the step whose token overflows its table
+        self.due = due  # the step at which request i needs its next block: the step whose token overflows its blocks
         self.start_used = kv.num_used
-        self.changes: list[tuple[int, int]] = []
+        self.grown: list[tuple[int, int]] = []
 
     def grow_until(self, k_end: int) -> int:
         """Allocate for the steps before ``k_end``; returns the first step the pool cannot give
@@ -246,10 +252,27 @@ class BlockGrower:
         first = min(due)
         if first >= k_end:  # the common short run: no request crosses a block boundary
             return k_end
-        # every block needed before k_end as one integer, step << s | request index, so that
-        # sorting them gives the allocation order (by step, then running order)
         kv = self.kv
-        bs, n = kv.block_size, len(due)
+        bs = kv.block_size
+        if kv.bulk_growth:  # blocks are counted: grow every request at once if the pool has them all
+            counts, m = [], 0  # (request index, blocks it needs before k_end)
+            for i, d in enumerate(due):
+                if d < k_end:
+                    c = (k_end - 1 - d) // bs + 1
+                    counts.append((i, c))
+                    m += c
+            if kv.can_allocate(m):  # no step can be refused
+                reqs, grown = self.reqs, self.grown
+                kv.add_blocks([(reqs[i].id, c) for i, c in counts])
+                for i, c in counts:
+                    grown.append((due[i], c))
+                    due[i] += c * bs
+                return k_end
+        # block by block in allocation order, as the scheduler would (by step, then running
+        # order): the pool may run out at some step, and a prefix cache may evict. Every block
+        # needed before k_end as one integer, step << s | request index, so that sorting them
+        # gives that order.
+        n = len(due)
         s = n.bit_length()
         mask = (1 << s) - 1
         events = [k << s | i for i, k in enumerate(due) if k < k_end]
@@ -260,25 +283,8 @@ class BlockGrower:
                 if e < last:
                     events.append(e + stride)
         events.sort()
-        m = len(events)
-        if kv.bulk_growth and kv.can_allocate(m):  # the pool gives them all: no step can be refused
-            pool, tables, reqs, changes = kv.pool, kv.tables, self.reqs, self.changes
-            # blocks in use: nothing but this grower allocates during a run
-            used = changes[-1][1] if changes else self.start_used
-            prev = events[0] >> s
-            for b, e in zip(pool.take(m), events):
-                k = e >> s
-                i = e & mask
-                tables[reqs[i].id].append(b)
-                due[i] = k + bs
-                if k != prev:
-                    changes.append((prev, used))
-                    prev = k
-                used += 1
-            changes.append((prev, used))
-            return k_end
         events = [(e >> s, e & mask) for e in events]
-        j, reqs = 0, self.reqs
+        j, m, reqs, grown = 0, len(events), self.reqs, self.grown
         while j < m:
             k = events[j][0]
             e = j + 1
@@ -291,16 +297,16 @@ class BlockGrower:
                 if not kv.grow_one(r.id, r.num_computed + 1 + k):
                     raise RuntimeError(f"KV manager refused a block it said it had (request {r.id})")
                 due[i] = k + bs
-            self.changes.append((k, kv.num_used))
+                grown.append((k, 1))
             j = e
         return k_end
 
     def run(self, times: list, columns: dict | None, source: str, steps: int) -> DecodeRun:
         """The run of ``steps`` steps at ``times``, with the blocks this grower allocated."""
-        return DecodeRun(self.reqs, times, columns, self.start_used, self.changes, source, steps)
+        return DecodeRun(self.reqs, times, columns, self.start_used, self.grown, self.kv.block_size, source, steps)
 
 
 def run_prefix(run: DecodeRun, k: int) -> DecodeRun:
     """The first ``k`` steps of ``run`` (the steps a crash let finish)."""
     cols = None if run.columns is None else {c: v[:k] for c, v in run.columns.items()}
-    return DecodeRun(run.reqs, run.times[: k + 1], cols, run.start_used, run.changes, run.source, k)
+    return DecodeRun(run.reqs, run.times[: k + 1], cols, run.start_used, run.grown, run.block_size, run.source, k)
