@@ -255,18 +255,19 @@ class BlockGrower:
         kv = self.kv
         bs = kv.block_size
         if kv.bulk_growth:  # blocks are counted: grow every request at once if the pool has them all
-            counts, m = [], 0  # (request index, blocks it needs before k_end)
-            for i, d in enumerate(due):
-                if d < k_end:
-                    c = (k_end - 1 - d) // bs + 1
-                    counts.append((i, c))
-                    m += c
-            if kv.can_allocate(m):  # no step can be refused
-                reqs, grown = self.reqs, self.grown
-                kv.add_blocks([(reqs[i].id, c) for i, c in counts])
-                for i, c in counts:
-                    grown.append((due[i], c))
-                    due[i] += c * bs
+            # (a bound first, every request crossing as often as the earliest: it almost always fits)
+            fits = kv.can_allocate(len(due) * ((k_end - 1 - first) // bs + 1))
+            if not fits:
+                fits = kv.can_allocate(sum((k_end - 1 - d) // bs + 1 for d in due if d < k_end))
+            if fits:  # no step can be refused
+                pairs, grown, reqs = [], self.grown, self.reqs
+                for i, d in enumerate(due):
+                    if d < k_end:
+                        c = (k_end - 1 - d) // bs + 1  # the blocks it needs before k_end, one every bs steps
+                        pairs.append((reqs[i].id, c))
+                        grown.append((d, c))
+                        due[i] = d + c * bs
+                kv.add_blocks(pairs)
                 return k_end
         # block by block in allocation order, as the scheduler would (by step, then running
         # order): the pool may run out at some step, and a prefix cache may evict. Every block
