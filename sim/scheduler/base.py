@@ -152,6 +152,13 @@ class Scheduler:
         engine then fast-forwards such runs. Policies opt in; the safe default is False."""
         return False
 
+    def decodes_through_finishes(self) -> bool:
+        """Vouch, for a batch of decodes ``decode_batch`` or a steady plan gave, that when some
+        of its requests finish (and leave through ``finish``) with no other change,
+        ``decode_batch`` would give the rest of the batch in the same order. The engine's decode
+        run then goes on past finishes. Policies opt in; the safe default is False."""
+        return False
+
     # ---- helpers for policies -------------------------------------------------------------
     def requeue(self, victim: Request) -> None:
         """Where a preempted request waits: the front of the queue (policies may override)."""
@@ -312,6 +319,12 @@ class BudgetScheduler(Scheduler):
             self.waiting.appendleft(victim)
         else:
             sort_key_queue(self.waiting, victim, self.queue_key)
+
+    def decodes_through_finishes(self) -> bool:
+        # with nothing waiting, decode_batch's tests hold for any part of a batch that passed
+        # them (fewer requests under the budget, each still decoding) and running_order keeps
+        # the order of the requests left (the running list; sarathi's stable sort)
+        return not self.waiting
 
     def decode_batch(self) -> list[Request] | None:
         # schedule_running gives each running request in running_order its remaining tokens
