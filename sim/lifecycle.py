@@ -22,7 +22,6 @@ The rules:
 """
 from __future__ import annotations
 
-from itertools import accumulate
 from operator import sub
 
 from sim.request import Request, Status
@@ -134,15 +133,13 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
     run_max = max(gaps) if gaps else 0.0
     step_gap = first_end - start0  # the first step's gap of a request whose last token came at its start
     others = 0  # requests whose last token came before the run's start
-    done, early, later_max = [], [], None  # early: (steps, request) of those that finish before the last step
+    done, early = [], []  # early: (steps, request) of those that finish before the last step
     for r in reqs:
         k = r.output_tokens - r.num_generated  # the steps it takes part in (its tokens still to come)
         if k >= steps:
             k, m_later = steps, run_max
         else:  # it finishes at the end of step k - 1: the largest gap of its steps 1 .. k - 1
-            if later_max is None:
-                later_max = list(accumulate(gaps, max))
-            m_later = later_max[k - 2] if k > 1 else 0.0
+            m_later = max(gaps[:k - 1]) if k > 1 else 0.0
             early.append((k, r))
         last = r.last_token_s  # the first step's gaps, grouped as complete_step groups them
         if last == start0:
