@@ -114,7 +114,7 @@ def test_fast_forward_is_exact_with_overlapped_scheduling(p):
 @given(st.integers(0, 50), st.lists(st.tuples(st.integers(0, 40), st.integers(1, 5)), max_size=12),
        st.sampled_from([1, 2, 4, 16]), st.integers(0, 40), st.integers(0, 200))
 def test_used_and_peak_used_count_the_grown_blocks(start_used, grown, bs, steps, used_end):
-    """``DecodeRun.used``, ``used_after`` and ``peak_used`` (read from ``grown``: a request got a
+    """``DecodeRun.used``, ``used_at`` and ``peak_used`` (read from ``grown``: a request got a
     block at its first step and every ``bs`` steps after) against blocks counted step by step;
     ``peak_used`` is the max of ``used`` with the last step's value replaced by what the pool held
     at the run's end."""
@@ -124,7 +124,7 @@ def test_used_and_peak_used_count_the_grown_blocks(start_used, grown, bs, steps,
     expect = [start_used + sum(1 for k in at if k <= j) for j in range(steps)]
     run = DecodeRun([], [0.0] * (steps + 1), None, start_used, grown, bs, "roofline", steps)
     assert run.used == expect
-    assert [run.used_after(j) for j in range(steps)] == expect
+    assert [run.used_at(j) for j in range(steps)] == expect
     if steps:
         expect[-1] = used_end
         assert run.peak_used(used_end) == max(expect)
