@@ -68,20 +68,16 @@ class DecodeRun:
 
     def peak_used(self, used_end: int) -> int:
         """``max(used)`` with the last step's value replaced by ``used_end`` (what the pool held
-        when the last step ended), without building ``used``. Between frees, blocks in use only
-        grow, so the peak before the last step is at the step before last or at a step that
-        freed blocks or the one before it."""
-        last = self.steps - 2
-        if last < 0:
+        when the last step ended). Without frees blocks in use only grow during a run, so the
+        peak before the last step is the value at the step before last."""
+        if self.steps < 2:
             return used_end
-        peak = max(used_end, self.used_at(last))
-        for step, _ in self.freed:
-            for k in (step - 1, step):
-                if 0 <= k < last:
-                    u = self.used_at(k)
-                    if u > peak:
-                        peak = u
-        return peak
+        if self.freed:
+            used = self.used
+            used[-1] = used_end
+            return max(used)
+        before = self.used_at(self.steps - 2)
+        return before if before > used_end else used_end
 
 
 _INF = float("inf")
