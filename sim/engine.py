@@ -280,7 +280,11 @@ class Engine:
         if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
             arrival = min(arrival, self.faults.next_change(rep.idx, start))
             cost = self._cost(rep, start)
-        run = decode_run(reqs, rep.kv, cost, start, arrival, self.steps.keep_rows, rep.step_s)
+        # past finishes too, where nothing else happens at one: no step rows, blocks counted
+        # (a free is a count), and the policy would decode the rest of the batch
+        through = (self.runs_ahead and not self.steps.keep_rows and rep.kv.bulk_growth
+                   and rep.scheduler.decodes_through_finishes())
+        run = decode_run(reqs, rep.kv, cost, start, arrival, self.steps.keep_rows, rep.step_s, through)
         if not run.steps:
             return None
         times = run.times

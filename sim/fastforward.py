@@ -11,7 +11,7 @@ a time (tests/test_fast_forward.py).
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 
 import numpy as np
@@ -29,37 +29,55 @@ class DecodeRun:
     times: list  # steps + 1 entries: each step's start, then the last step's end
     columns: dict | None  # "total" and each component, one value per step (None: not asked for)
     start_used: int  # KV blocks in use before the run's first allocation
-    changes: list  # (step, blocks in use from that step on), in step order
+    grown: list  # (step, blocks): a request got one block at that step and every block_size steps after, that many
+    block_size: int
     source: str
     steps: int
+    freed: list = field(default_factory=list)
+    """(step, blocks): blocks returned at the end of that step by requests that finished in it,
+    where the run went on past them (``decode_run``'s ``through_finishes``)."""
+
+    def used_at(self, k: int) -> int:
+        """KV blocks in use at the end of step ``k``, as a step row records them: after the
+        step's allocations and after the requests that finished in it left (nothing but the run
+        allocates or frees during it)."""
+        used, bs = self.start_used, self.block_size
+        for first, blocks in self.grown:
+            if first <= k:
+                c = (k - first) // bs + 1
+                used += c if c < blocks else blocks
+        for step, blocks in self.freed:
+            if step <= k:
+                used -= blocks
+        return used
 
     @property
     def used(self) -> list[int]:
-        """KV blocks in use after each step's allocations, one value per step."""
-        out, k0, u0 = [], 0, self.start_used
-        for k, u in self.changes:
-            if k >= self.steps:
-                break
-            out += [u0] * (k - k0)
-            k0, u0 = k, u
-        out += [u0] * (self.steps - k0)
-        return out
+        """``used_at`` each step, one value per step."""
+        k, bs = self.steps, self.block_size
+        if k <= 0:
+            return []
+        new = [0] * k  # blocks allocated at each step (those before step 0 count at step 0), less those freed
+        for first, blocks in self.grown:
+            for j in range(first, min(first + blocks * bs, k), bs):
+                new[j if j > 0 else 0] += 1
+        for step, blocks in self.freed:
+            if step < k:
+                new[step] -= blocks
+        return list(accumulate(new, initial=self.start_used))[1:]
 
     def peak_used(self, used_end: int) -> int:
         """``max(used)`` with the last step's value replaced by ``used_end`` (what the pool held
-        when the last step ended), without building ``used``: a run only allocates, so the
-        blocks in use never fall during it and the peak before its last step is the value at
-        the step before last."""
-        peak = used_end
-        if self.steps > 1:
-            lim, before = self.steps - 2, self.start_used
-            for k, v in reversed(self.changes):
-                if k <= lim:
-                    before = v
-                    break
-            if before > peak:
-                peak = before
-        return peak
+        when the last step ended). Without frees blocks in use only grow during a run, so the
+        peak before the last step is the value at the step before last."""
+        if self.steps < 2:
+            return used_end
+        if self.freed:
+            used = self.used
+            used[-1] = used_end
+            return max(used)
+        before = self.used_at(self.steps - 2)
+        return before if before > used_end else used_end
 
 
 _INF = float("inf")
@@ -92,18 +110,23 @@ def steady_decode(sched, plan, by_id: dict) -> list[Request] | None:
 
 
 def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: float,
-               columns: bool = True, price_hint: float | None = None) -> DecodeRun:
+               columns: bool = True, price_hint: float | None = None, through_finishes: bool = False) -> DecodeRun:
     """The steps of a steady decode batch ``reqs`` starting at ``start``, up to the first of (a
     request finishes, a step that would start at or after ``arrival``: the earliest time a
     request can reach this replica, a block the pool cannot give), with per-request work only
     at the ends. Blocks are allocated as the steps need them; request state is left to
     ``lifecycle.complete_run``. ``columns``: also return each step's time breakdown.
     ``price_hint`` (a recent step's seconds) sizes the first go of pricing toward the arrival
-    (it changes how many steps are priced at once, never a value)."""
+    (it changes how many steps are priced at once, never a value).
+
+    ``through_finishes`` (the caller vouches that the policy would go on decoding the rest of
+    the batch when some requests finish, and that nothing else happens at a finish; not with
+    ``columns``): the run goes on past finishes with the requests left, whose blocks the
+    finishers give back at the end of their last step (``_go_on``)."""
     n = len(reqs)
     # one pass over the batch: the steps until the first finish, the KV tokens, the longest
     # context, and the step at which each request needs its next block (its table overflows)
-    bs, tables = kv.block_size, kv.tables
+    bs, held = kv.block_size, kv.held
     horizon = kv_tokens = longest = 0
     due = []
     for r in reqs:
@@ -114,7 +137,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
         kv_tokens += c
         if c > longest:
             longest = c
-        due.append(len(tables[r.id]) * bs - c)
+        due.append(held[r.id] * bs - c)
     kv_tokens += n
     longest += 1
     grower = BlockGrower(kv, reqs, due)
@@ -135,7 +158,45 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     if columns:
         series = cost.decode_series(n, kv_tokens, longest, k_end)
         cols = {c: v if isinstance(v, list) else v.tolist() for c, v in ((c, series[c]) for c in ("total", *COMPONENTS))}
+    elif through_finishes and k_end == horizon:  # the first finish reached
+        _go_on(reqs, kv, cost, grower, times, horizon, arrival)
+        k_end = len(times) - 1
     return grower.run(times, cols, cost.source, k_end)
+
+
+def _go_on(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", times: list, k0: int,
+           arrival: float) -> None:
+    """``decode_run`` past its first finish, at step ``k0``: the requests that finished free
+    their blocks (as ``Scheduler.finish`` will find them gone) and the others go on, priced,
+    cut and grown as a run of their own, finish after finish; ``times`` is extended."""
+    left = [(r.output_tokens - r.num_generated, r.num_computed, i) for i, r in enumerate(reqs)]
+    due, freed = grower.due, grower.freed
+    count = hasattr(cost, "count_decode_run")
+    while True:
+        left = [x for x in left if x[0] > k0]  # the requests still decoding after step k0 - 1
+        t = times[-1]
+        if not left or t >= arrival:
+            return
+        n = len(left)
+        nxt = min(x[0] for x in left)  # the next finish
+        kv_tokens = sum(x[1] for x in left) + n * (k0 + 1)
+        longest = max(x[1] for x in left) + k0 + 1
+        more = _clock(cost, n, kv_tokens, longest, nxt - k0, t, arrival, t - times[-2])
+        if more is None:
+            return
+        blocks = 0
+        for i, r in enumerate(reqs):  # the finishers of step k0 - 1 leave
+            if r.output_tokens - r.num_generated == k0:
+                blocks += kv.free(r.id)
+                due[i] = _INF
+        freed.append((k0 - 1, blocks))
+        k_end = grower.grow_until(k0 + len(more) - 1)
+        if count:
+            cost.count_decode_run(n, kv_tokens, longest, k_end - k0)
+        times += more[1: k_end - k0 + 1]
+        if k_end < nxt:  # an arrival or a block the pool cannot give ends the run
+            return
+        k0 = nxt
 
 
 def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: float, arrival: float,
@@ -228,16 +289,18 @@ def _totals_step_by_step(reqs, grower, cost, n, kv_tokens, longest, horizon, sta
 
 
 class BlockGrower:
-    """Allocates the blocks a steady decode batch needs, step by step in running order (as the
-    scheduler would), and remembers how many blocks were in use after each step's allocations."""
+    """Allocates the blocks a steady decode batch needs, as the scheduler would step by step
+    in running order, and remembers when (``grown``: one entry per request and go, the first
+    step it got a block at and how many it got, one every ``block_size`` steps)."""
 
-    __slots__ = ("kv", "reqs", "due", "start_used", "changes")
+    __slots__ = ("kv", "reqs", "due", "start_used", "grown", "freed")
 
     def __init__(self, kv: KVManager, reqs: list[Request], due: list[int]):
         self.kv, self.reqs = kv, reqs
-        self.due = due  # the step at which request i needs its next block: the step whose token overflows its table
+        self.due = due  # the step at which request i needs its next block: the step whose token overflows its blocks
         self.start_used = kv.num_used
-        self.changes: list[tuple[int, int]] = []
+        self.grown: list[tuple[int, int]] = []
+        self.freed: list[tuple[int, int]] = []  # (step, blocks) given back by finishers (``_go_on``)
 
     def grow_until(self, k_end: int) -> int:
         """Allocate for the steps before ``k_end``; returns the first step the pool cannot give
@@ -246,10 +309,28 @@ class BlockGrower:
         first = min(due)
         if first >= k_end:  # the common short run: no request crosses a block boundary
             return k_end
-        # every block needed before k_end as one integer, step << s | request index, so that
-        # sorting them gives the allocation order (by step, then running order)
         kv = self.kv
-        bs, n = kv.block_size, len(due)
+        bs = kv.block_size
+        if kv.bulk_growth:  # blocks are counted: grow every request at once if the pool has them all
+            # (a bound first, every request crossing as often as the earliest: it almost always fits)
+            fits = kv.can_allocate(len(due) * ((k_end - 1 - first) // bs + 1))
+            if not fits:
+                fits = kv.can_allocate(sum((k_end - 1 - d) // bs + 1 for d in due if d < k_end))
+            if fits:  # no step can be refused
+                pairs, grown, reqs = [], self.grown, self.reqs
+                for i, d in enumerate(due):
+                    if d < k_end:
+                        c = (k_end - 1 - d) // bs + 1  # the blocks it needs before k_end, one every bs steps
+                        pairs.append((reqs[i].id, c))
+                        grown.append((d, c))
+                        due[i] = d + c * bs
+                kv.add_blocks(pairs)
+                return k_end
+        # block by block in allocation order, as the scheduler would (by step, then running
+        # order): the pool may run out at some step, and a prefix cache may evict. Every block
+        # needed before k_end as one integer, step << s | request index, so that sorting them
+        # gives that order.
+        n = len(due)
         s = n.bit_length()
         mask = (1 << s) - 1
         events = [k << s | i for i, k in enumerate(due) if k < k_end]
@@ -260,25 +341,8 @@ class BlockGrower:
                 if e < last:
                     events.append(e + stride)
         events.sort()
-        m = len(events)
-        if kv.bulk_growth and kv.can_allocate(m):  # the pool gives them all: no step can be refused
-            pool, tables, reqs, changes = kv.pool, kv.tables, self.reqs, self.changes
-            # blocks in use: nothing but this grower allocates during a run
-            used = changes[-1][1] if changes else self.start_used
-            prev = events[0] >> s
-            for b, e in zip(pool.take(m), events):
-                k = e >> s
-                i = e & mask
-                tables[reqs[i].id].append(b)
-                due[i] = k + bs
-                if k != prev:
-                    changes.append((prev, used))
-                    prev = k
-                used += 1
-            changes.append((prev, used))
-            return k_end
         events = [(e >> s, e & mask) for e in events]
-        j, reqs = 0, self.reqs
+        j, m, reqs, grown = 0, len(events), self.reqs, self.grown
         while j < m:
             k = events[j][0]
             e = j + 1
@@ -291,16 +355,18 @@ class BlockGrower:
                 if not kv.grow_one(r.id, r.num_computed + 1 + k):
                     raise RuntimeError(f"KV manager refused a block it said it had (request {r.id})")
                 due[i] = k + bs
-            self.changes.append((k, kv.num_used))
+                grown.append((k, 1))
             j = e
         return k_end
 
     def run(self, times: list, columns: dict | None, source: str, steps: int) -> DecodeRun:
         """The run of ``steps`` steps at ``times``, with the blocks this grower allocated."""
-        return DecodeRun(self.reqs, times, columns, self.start_used, self.changes, source, steps)
+        return DecodeRun(self.reqs, times, columns, self.start_used, self.grown, self.kv.block_size, source, steps,
+                         self.freed)
 
 
 def run_prefix(run: DecodeRun, k: int) -> DecodeRun:
     """The first ``k`` steps of ``run`` (the steps a crash let finish)."""
     cols = None if run.columns is None else {c: v[:k] for c, v in run.columns.items()}
-    return DecodeRun(run.reqs, run.times[: k + 1], cols, run.start_used, run.changes, run.source, k)
+    return DecodeRun(run.reqs, run.times[: k + 1], cols, run.start_used, run.grown, run.block_size, run.source, k,
+                     run.freed)

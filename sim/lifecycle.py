@@ -125,40 +125,61 @@ def complete_step(plan, by_id: dict, start: float, now: float, itl) -> tuple[int
 def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> list[Request]:
     """A decode run of ``steps`` single-token steps starting at ``times[0]`` (``times[j]`` the
     start of step j, ``times[-1]`` the end of the last): every request computed and emitted one
-    token per step. Returns the requests that finished, in ``reqs`` order."""
-    start0, end, first_end = times[0], times[-1], times[1]
+    token per step until its last token (a run may go on past a request's finish:
+    ``fastforward.decode_run``). Returns the requests that finished, in the order they finished
+    (ties in ``reqs`` order)."""
+    start0, first_end = times[0], times[1]
     gaps = list(map(sub, times[2: steps + 1], times[1:steps]))  # "now - start" of each later step
     run_max = max(gaps) if gaps else 0.0
     step_gap = first_end - start0  # the first step's gap of a request whose last token came at its start
-    m0 = step_gap if step_gap > run_max else run_max
     others = 0  # requests whose last token came before the run's start
-    done = []
-    for r in reqs:  # the first step's gaps, grouped as complete_step groups them
-        last = r.last_token_s
+    done, early = [], []  # early: (steps, request) of those that finish before the last step
+    for r in reqs:
+        k = r.output_tokens - r.num_generated  # the steps it takes part in (its tokens still to come)
+        if k >= steps:
+            k, m_later = steps, run_max
+        else:  # it finishes at the end of step k - 1: the largest gap of its steps 1 .. k - 1
+            m_later = max(gaps[:k - 1]) if k > 1 else 0.0
+            early.append((k, r))
+        last = r.last_token_s  # the first step's gaps, grouped as complete_step groups them
         if last == start0:
-            if m0 > r.max_itl_s:
-                r.max_itl_s = m0
+            m = step_gap
         else:
             others += 1
-            gap = first_end - last
+            m = first_end - last
             if itl is not None:
-                itl.add(gap, 1)
-            m = gap if gap > run_max else run_max
-            if m > r.max_itl_s:
-                r.max_itl_s = m
-        r.num_computed += steps
-        g = r.num_generated = r.num_generated + steps
-        r.last_token_s = end
+                itl.add(m, 1)
+        if m_later > m:
+            m = m_later
+        if m > r.max_itl_s:
+            r.max_itl_s = m
+        r.num_computed += k
+        g = r.num_generated = r.num_generated + k
+        r.last_token_s = times[k]
         if g >= r.output_tokens:
             r.status = _FINISHED
-            r.finish_s = end
-            done.append(r)
+            r.finish_s = times[k]
+            if k == steps:
+                done.append(r)
     if itl is not None:
         if others < len(reqs):
             itl.add(step_gap, len(reqs) - others)
-        if gaps:
-            itl.extend(gaps, len(reqs))
+        if gaps:  # each later step's gap, for the requests that took part in it
+            alive, j = len(reqs), 1
+            for k, _ in sorted(early, key=_first):
+                if k > j:
+                    itl.extend(gaps[j - 1:k - 1], alive)
+                    j = k
+                alive -= 1
+            if j <= len(gaps):
+                itl.extend(gaps[j - 1:] if j > 1 else gaps, alive)
+    if early:
+        done[:0] = [r for _, r in sorted(early, key=_first)]
     return done
+
+
+def _first(pair: tuple) -> int:
+    return pair[0]
 
 
 def lose(r: Request, reason: str) -> None:

@@ -59,4 +59,4 @@ def assert_run_invariants(eng, out) -> None:
     assert (fin["first_scheduled_s"] <= fin["first_token_s"]).all() and (fin["first_token_s"] <= fin["finish_s"]).all()
     assert not eng.by_id  # every request left
     for rep in eng.replicas:
-        assert rep.kv.num_used == 0 and not rep.kv.tables and not rep.scheduler.has_work()
+        assert rep.kv.num_used == 0 and not rep.kv.held and not rep.scheduler.has_work()

@@ -38,6 +38,7 @@ cases = st.fixed_dictionaries({
     "pmax": st.integers(1, 500),
     "omax": st.integers(1, 120),
     "seed": st.integers(0, 1000),
+    "rows": st.booleans(),  # without step rows, runs also go on past finishes
 })
 
 
@@ -48,7 +49,8 @@ def test_fast_forward_is_exact_on_random_configs(p):
         seed=p["seed"], cluster={"replicas": p["replicas"]}, scheduler={"name": p["scheduler"]},
         kv={"num_gpu_blocks": p["blocks"], "block_size": p["block_size"], "preemption": p["preemption"],
             "prefix_caching": p["prefix"]},
-        workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"]))
+        workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"]),
+        output={"step_records": p["rows"], "plots": False, "progress": False})
     assert_identical(*both(cfg))
 
 
@@ -109,23 +111,21 @@ def test_fast_forward_is_exact_with_overlapped_scheduling(p):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(0, 50), st.lists(st.tuples(st.integers(0, 40), st.integers(0, 5)), max_size=12),
-       st.integers(0, 40), st.integers(0, 200))
-def test_peak_used_is_the_max_of_used(start_used, allocations, steps, used_end):
-    """``DecodeRun.peak_used`` (read from the changes, newest first) equals the max of ``used``
-    with the last step's value replaced by what the pool held at the run's end."""
+@given(st.integers(0, 50), st.lists(st.tuples(st.integers(0, 40), st.integers(1, 5)), max_size=12),
+       st.sampled_from([1, 2, 4, 16]), st.integers(0, 40), st.integers(0, 200))
+def test_used_and_peak_used_count_the_grown_blocks(start_used, grown, bs, steps, used_end):
+    """``DecodeRun.used``, ``used_at`` and ``peak_used`` (read from ``grown``: a request got a
+    block at its first step and every ``bs`` steps after) against blocks counted step by step;
+    ``peak_used`` is the max of ``used`` with the last step's value replaced by what the pool held
+    at the run's end."""
     from sim.fastforward import DecodeRun
 
-    changes, used, k_prev = [], start_used, -1
-    for k, blocks in sorted(allocations):  # a run only allocates: blocks in use never fall
-        if k == k_prev:
-            continue
-        used += blocks
-        changes.append((k, used))
-        k_prev = k
-    run = DecodeRun([], [0.0] * (steps + 1), None, start_used, changes, "roofline", steps)
+    at = [first + t * bs for first, blocks in grown for t in range(blocks)]  # each block's step
+    expect = [start_used + sum(1 for k in at if k <= j) for j in range(steps)]
+    run = DecodeRun([], [0.0] * (steps + 1), None, start_used, grown, bs, "roofline", steps)
+    assert run.used == expect
+    assert [run.used_at(j) for j in range(steps)] == expect
     if steps:
-        expect = run.used
         expect[-1] = used_end
         assert run.peak_used(used_end) == max(expect)
     else:

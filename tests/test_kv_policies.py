@@ -13,13 +13,13 @@ def spec(i, prompt, hashes, hbt=8):
                        hash_block_tokens=hbt)
 
 
-def test_paged_allocation_hands_out_lowest_ids_and_returns_them():
+def test_paged_allocation_counts_blocks_all_or_nothing():
     kv = KVManager(8, 4, 0.0)
-    assert kv.allocate(1, 6) and kv.tables[1] == [0, 1]
-    assert kv.allocate(2, 4) and kv.tables[2] == [2]
-    assert kv.allocate(1, 9) and kv.tables[1] == [0, 1, 3]
-    assert not kv.allocate(2, 40) and kv.tables[2] == [2]  # all-or-nothing
-    assert kv.free(1) == 3 and kv.num_used == 1
+    assert kv.allocate(1, 6) and kv.held[1] == 2
+    assert kv.allocate(2, 4) and kv.held[2] == 1
+    assert kv.allocate(1, 9) and kv.held[1] == 3 and kv.num_used == 4
+    assert not kv.allocate(2, 40) and kv.held[2] == 1 and kv.num_used == 4  # all-or-nothing
+    assert kv.free(1) == 3 and kv.num_used == 1 and kv.held == {2: 1}
 
 
 def test_watermark_is_kept_only_at_admission():
@@ -36,7 +36,7 @@ def test_swap_out_and_in_keeps_block_count_and_respects_host_space():
     assert kv.can_swap_out(1)
     assert kv.swap_out(1) == 3 and kv.is_swapped(1) and kv.num_used == 1 and kv.swap_used == 3
     assert not kv.can_swap_out(2)  # host space full: the caller falls back to recompute
-    assert kv.swap_in(1, 13) and kv.tables[1] == [4, 5, 6, 7] and kv.swap_used == 0
+    assert kv.swap_in(1, 13) and kv.held[1] == 4 and kv.num_used == 5 and kv.swap_used == 0
 
 
 def test_swap_space_in_blocks_from_gib():
@@ -66,7 +66,7 @@ def test_prefix_hit_shares_ref_counted_blocks_and_frees_to_cache():
     hit = kv.prefix_hit(b, 14)
     assert hit == 12  # hash block 1 (2 KV blocks) and the first KV block of hash block 2
     assert kv.allocate(2, 14, spec=b, cached_tokens=hit) and kv.tables[2] == [0, 1, 2, 5]
-    assert kv.pool.ref[:6] == [2, 2, 2, 1, 1, 1]
+    assert kv.pool.ref[:6] == [2, 2, 2, 1, 1, 1] and kv.held == {1: 5, 2: 4}  # (counts beside the ids)
     kv.free(1)
     kv.free(2)
     assert kv.num_used == 0 and kv.num_referenced == 0

@@ -27,7 +27,7 @@ def log_events(log: StepLog, evs, count=0, peak=0, by_source=None) -> tuple[int,
             by_source[source] += 1
         elif kind == "run":
             steps, start_used, used_end = x
-            run = DecodeRun([None, None], [0.01 * j for j in range(steps + 1)], None, start_used, [], source, steps)
+            run = DecodeRun([None, None], [0.01 * j for j in range(steps + 1)], None, start_used, [], 16, source, steps)
             log.add_run(0, run, 0, 0, used_end)
             count, peak = count + steps, max(peak, run.peak_used(used_end))
             by_source[source] += steps

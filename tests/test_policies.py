@@ -23,14 +23,14 @@ def test_vllm_v1_shares_one_budget_running_first_then_chunked_waiting():
     assert [p.num_new_tokens for p in plans] == [{0: 8, 1: 2}, {0: 1, 1: 4}, {0: 1, 1: 1}]
 
 
-def test_vllm_v1_block_ids_and_long_prefill_threshold():
+def test_vllm_v1_blocks_and_long_prefill_threshold():
     s = make("vllm_v1", 20, max_num_batched_tokens=10, long_prefill_token_threshold=3)
     a, b = req(0, 8, 2), req(1, 6, 2)
     s.add(a), s.add(b)
     assert step(s).num_new_tokens == {0: 3, 1: 3}
-    assert s.kv.tables == {0: [0], 1: [1]}
+    assert s.kv.held == {0: 1, 1: 1}
     assert step(s).num_new_tokens == {0: 3, 1: 3}
-    assert s.kv.tables == {0: [0, 2], 1: [1, 3]}
+    assert s.kv.held == {0: 2, 1: 2}
 
 
 def _two_growing(name, **kw):
@@ -43,11 +43,11 @@ def _two_growing(name, **kw):
 
 def test_recompute_preemption_takes_the_last_running_and_resets_progress():
     s, (a, b) = _two_growing("vllm_v1")
-    assert step(s).num_new_tokens == {0: 7, 1: 7} and s.kv.tables == {0: [0, 1], 1: [2, 3]}
+    assert step(s).num_new_tokens == {0: 7, 1: 7} and s.kv.held == {0: 2, 1: 2}
     step(s)
     p = step(s)  # a needs a third block: b (last running) is preempted, no admission this step
     assert p.preempted == [1] and p.num_new_tokens == {0: 1} and p.swapped_out == []
-    assert s.kv.tables == {0: [0, 1, 2]} and b.num_computed == 0 and list(s.waiting) == [b]
+    assert s.kv.held == {0: 3} and b.num_computed == 0 and list(s.waiting) == [b]
     plans = drain(s, [])
     assert b.status is Status.FINISHED and b.num_generated == 5 and b.preemptions == 1
     assert plans[-1].num_new_tokens == {1: 1}
@@ -95,7 +95,7 @@ def test_orca_reserves_the_maximum_length_on_admission():
     for r in (a, b, c):
         s.add(r)
     assert step(s).num_new_tokens == {0: 4, 1: 4}  # 3 blocks each; the third does not fit
-    assert s.kv.tables == {0: [0, 1, 2], 1: [3, 4, 5]}
+    assert s.kv.held == {0: 3, 1: 3}
     step(s)
     assert step(s).num_new_tokens == {2: 4}
 
@@ -104,7 +104,7 @@ def test_orca_context_reservation_and_rejection():
     s = make("orca", 10, max_num_batched_tokens=100, reserve="context", max_context=16)
     s.add(req(0, 4, 2, max_out=2))
     step(s)
-    assert s.kv.tables == {0: [0, 1, 2, 3]}
+    assert s.kv.held == {0: 4}
     assert "exceeds_kv_capacity" in make("orca", 2, max_num_batched_tokens=100).reject_reason(req(1, 4, 2, max_out=8))
 
 

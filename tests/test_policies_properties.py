@@ -76,7 +76,7 @@ def test_invariants_hold_for_every_scheduler_and_kv_policy(data):
     # memory never exceeds the pool, and every block comes back
     assert (steps["kv_blocks_used"] <= cfg.kv.num_gpu_blocks).all()
     for rep in eng.replicas:
-        assert rep.kv.tables == {} and rep.kv.swapped == {} and rep.kv.num_used == 0
+        assert rep.kv.held == {} and rep.kv.swapped == {} and rep.kv.num_used == 0
         if cfg.kv.prefix_caching:
             assert rep.kv.num_referenced == 0
     budget = budget_of(cfg)
@@ -117,7 +117,7 @@ def test_step_invariants_on_hand_made_requests(sc):
         assert s.kv.num_used <= 12 and s.kv.swap_used <= swap
         if name not in ("vllm", "static"):
             assert plan.total_tokens <= budget
-    assert s.kv.num_used == 0 and not s.kv.tables and not s.kv.swapped
+    assert s.kv.num_used == 0 and not s.kv.held and not s.kv.swapped
     for r in rs:
         assert r.status.value in ("finished", "waiting")  # waiting only if rejected up front
         if r.status.value == "finished":
@@ -195,7 +195,7 @@ def test_decode_batch_is_the_plan_schedule_would_make(name, seed, blocks, budget
         reqs = s.decode_batch()
         if reqs is not None:
             kv = s.kv
-            need = sum(1 for r in reqs if r.num_computed + 1 > len(kv.tables[r.id]) * kv.block_size)
+            need = sum(1 for r in reqs if r.num_computed + 1 > kv.held[r.id] * kv.block_size)
             if need <= kv.num_free:
                 plan = copy.deepcopy(s).schedule(float(t))
                 ids = [r.id for r in reqs]

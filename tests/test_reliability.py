@@ -194,9 +194,9 @@ def test_sarathi_reserves_the_whole_prompt_on_admission():
     a = req(0, 30, 2)
     s.add(a)
     step(s)
-    assert a.num_computed == 8 and s.kv.tables[0] == list(range(8))  # 30 tokens = 8 blocks, all taken now
+    assert a.num_computed == 8 and s.kv.held[0] == 8  # 30 tokens = 8 blocks, all taken now
     step(s)
-    assert a.num_computed == 16 and s.kv.tables[0] == list(range(8))  # the second chunk takes none
+    assert a.num_computed == 16 and s.kv.held[0] == 8  # the second chunk takes none
 
 
 class PerChunkSarathi(SarathiScheduler):

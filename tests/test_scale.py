@@ -69,11 +69,11 @@ def test_router_capabilities():
 def test_kv_capabilities():
     assert KVManager(8, 4).static_refusal and not PrefixKVManager(8, 4).static_refusal
     kv = KVManager(3, 4, 0.0)
-    assert kv.allocate(1, 4) and kv.grow_one(1, 5) and kv.tables[1] == [0, 1]
+    assert kv.allocate(1, 4) and kv.grow_one(1, 5) and kv.held[1] == 2
     assert kv.grow_one(1, 9) and not kv.grow_one(1, 13)  # pool empty: refused, nothing changed
-    assert kv.tables[1] == [0, 1, 2] and kv.num_free == 0
+    assert kv.held[1] == 3 and kv.num_free == 0
     kv.free(1)
-    assert kv.pool.free_blocks() == [0, 1, 2] and kv.allocate(2, 12) and kv.tables[2] == [0, 1, 2]
+    assert kv.num_free == 3 and kv.allocate(2, 12) and kv.held == {2: 3}
 
 
 def test_request_rows_are_in_arrival_order_with_every_request():

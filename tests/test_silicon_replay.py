@@ -167,12 +167,12 @@ def test_trtllm_guaranteed_no_evict_holds_the_whole_sequence_from_admission():
     a, b = req(0, 8, 8, max_out=8), req(1, 8, 8, max_out=8)
     s.add(a), s.add(b)
     assert step(s).num_new_tokens == {0: 8}  # b would need 4 more blocks: only 2 are free
-    assert len(s.kv.tables[0]) == 4
+    assert s.kv.held[0] == 4
     plans = drain(s, [])
     assert all(not p.preempted for p in plans) and plans[7].num_new_tokens == {1: 8}
     s = make("trtllm", 6, max_num_batched_tokens=100, max_tokens_oracle=True)  # reserves 8 + 4 = 3 blocks each
     s.add(req(0, 8, 4, max_out=100)), s.add(req(1, 8, 4, max_out=100))
-    assert step(s).num_new_tokens == {0: 8, 1: 8} and [len(t) for t in s.kv.tables.values()] == [3, 3]
+    assert step(s).num_new_tokens == {0: 8, 1: 8} and list(s.kv.held.values()) == [3, 3]
     s = make("trtllm", 6, max_num_batched_tokens=100, capacity_scheduler_policy="MAX_UTILIZATION")
     s.add(req(0, 8, 8, max_out=8)), s.add(req(1, 8, 8, max_out=8))
     assert step(s).num_new_tokens == {0: 8, 1: 8}  # blocks as tokens come: both fit at first

@@ -73,7 +73,7 @@ def test_every_request_completes_or_is_rejected_with_a_reason(data):
     assert s["arrived"] == cfg.workload.num_requests == s["completed"] + s["rejected"] and s["unfinished"] == 0
     assert sum(s["rejected_by_reason"].values()) == s["rejected"]
     for rep in eng.replicas:  # nothing left behind
-        assert not rep.scheduler.has_work() and rep.kv.tables == {} and rep.kv.swapped == {} and rep.kv.num_used == 0
+        assert not rep.scheduler.has_work() and rep.kv.held == {} and rep.kv.swapped == {} and rep.kv.num_used == 0
     # bounded steps: each step computes at least one token, and a request computes its prompt and
     # output at most once per admission
     work = int(((req["prompt_tokens"] + req["output_tokens"]) * (1 + req["preemptions"])).sum())

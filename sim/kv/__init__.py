@@ -1,8 +1,8 @@
-"""KV-cache memory: paged block pool and tables (``blocks``), prefix caching (``prefix``),
+"""KV-cache memory: a paged pool counted per request (``blocks``), prefix caching with block ids (``prefix``),
 preemption by swap to a bounded host space (``KVManager.swap_out`` / ``swap_in``)."""
 from __future__ import annotations
 
-from sim.kv.blocks import BlockPool, KVManager
+from sim.kv.blocks import KVManager
 from sim.kv.prefix import PrefixKVManager
 
 GIB = 2**30
@@ -23,4 +23,4 @@ def make_kv_manager(kv_cfg, num_blocks: int, block_bytes: float) -> KVManager:
     return KVManager(num_blocks, kv_cfg.block_size, kv_cfg.watermark, swap_blocks=swap)
 
 
-__all__ = ["BlockPool", "KVManager", "PrefixKVManager", "make_kv_manager", "swap_space_blocks"]
+__all__ = ["KVManager", "PrefixKVManager", "make_kv_manager", "swap_space_blocks"]

@@ -23,7 +23,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass
 
-from sim.kv.blocks import BlockPool, KVManager
+from sim.kv.blocks import KVManager
 
 
 @dataclass(slots=True)
@@ -67,15 +67,18 @@ def usable_hit_tokens(hit_blocks: int, block_size: int, num_tokens: int) -> int:
     return min(hit_blocks, (num_tokens - 1) // block_size) * block_size
 
 
-class CachedBlockPool(BlockPool):
-    """A block pool whose blocks are ref-counted and may carry a prefix hash.
+class CachedBlockPool:
+    """Blocks ``0 .. num_blocks-1``, ref-counted, each of which may carry a prefix hash.
 
-    Free blocks without a hash form a FIFO list; free blocks with a hash stay findable by
-    their hash and wait in an eviction heap ordered by the policy's key.
+    Free blocks without a hash form a FIFO list (handed out lowest-first at the start, so tests
+    can assert exact ids); free blocks with a hash stay findable by their hash and wait in an
+    eviction heap ordered by the policy's key.
     """
 
     def __init__(self, num_blocks: int, eviction: str = "lru"):
-        super().__init__(num_blocks)
+        if num_blocks <= 0:
+            raise ValueError("a block pool needs at least one block")
+        self.num_blocks = num_blocks
         self._free = deque(range(num_blocks))  # free blocks without a hash, oldest first
         self.key = EVICTION[eviction]
         self.ref = [0] * num_blocks
@@ -159,26 +162,42 @@ class CachedBlockPool(BlockPool):
 
 
 class PrefixKVManager(KVManager):
-    """``KVManager`` with prefix caching over a ``CachedBlockPool``."""
+    """``KVManager`` with prefix caching over a ``CachedBlockPool``: each request's block table
+    (``tables``, block ids in order) beside the count every manager keeps (``held``)."""
 
     static_refusal = False  # an admission attempt looks the prefix up, which touches the cache
     covered_is_noop = False  # allocate registers newly full blocks in the cache even without growing
     bulk_growth = False  # growing may evict cached blocks and registers full ones
 
-    def grow_one(self, req_id: int, total_tokens: int) -> bool:
-        return self.allocate(req_id, total_tokens)  # may evict and registers full blocks
-
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, swap_blocks: int = 0,
                  eviction: str = "lru"):
-        self._eviction = eviction
         super().__init__(num_blocks, block_size, watermark, swap_blocks=swap_blocks)
+        self.pool = CachedBlockPool(num_blocks, eviction)
+        self.tables: dict[int, list[int]] = {}  # request id -> its blocks, in token order
         self._chains: dict[int, list[int]] = {}  # request id -> its full prompt blocks' hashes
         self._registered: dict[int, int] = {}  # request id -> leading blocks already offered to the cache
         self._last_chain: tuple = (None, [])
         self._last_hits: tuple = (None, 0, [])
 
-    def _make_pool(self, num_blocks: int) -> CachedBlockPool:
-        return CachedBlockPool(num_blocks, self._eviction)
+    # free cached blocks count as free: the pool, not a count of blocks held, says what is in use
+    @property
+    def num_used(self) -> int:
+        return self.pool.num_used
+
+    @property
+    def num_free(self) -> int:
+        return self.pool.num_free
+
+    def can_allocate(self, n_blocks: int, *, admit: bool = False) -> bool:
+        reserve = self.watermark_blocks if admit else 0
+        return self.pool.num_free - n_blocks >= reserve
+
+    def _take(self, req_id: int, n: int) -> None:
+        self.tables.setdefault(req_id, []).extend(self.pool.take(n))
+        self.held[req_id] = len(self.tables[req_id])
+
+    def grow_one(self, req_id: int, total_tokens: int) -> bool:
+        return self.allocate(req_id, total_tokens)  # may evict and registers full blocks
 
     def chain(self, spec) -> list[int]:
         """``spec``'s KV-block hash chain; the last one asked for is kept (the queue's head is
@@ -230,11 +249,13 @@ class PrefixKVManager(KVManager):
                 return False
             for b in hits:
                 pool.claim(b)
-            self.tables[req_id] = hits + pool.take(fresh)
+            self.tables[req_id] = table = hits + pool.take(fresh)
+            self.held[req_id] = len(table)
             self._chains[req_id] = chain
             self._registered[req_id] = len(hits)
         elif not super().allocate(req_id, total_tokens, admit=admit):
             return False
+        self.tables.setdefault(req_id, [])  # an allocation of no blocks still opens the table
         self._register_full(req_id, total_tokens)
         return True
 
@@ -252,7 +273,10 @@ class PrefixKVManager(KVManager):
         self.pool.tick += 1
         self._chains.pop(req_id, None)
         self._registered.pop(req_id, None)
-        return super().free(req_id)
+        self.held.pop(req_id, None)
+        blocks = self.tables.pop(req_id, ())
+        self.pool.give(blocks)
+        return len(blocks)
 
     @property
     def num_referenced(self) -> int:

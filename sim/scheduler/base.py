@@ -152,6 +152,13 @@ class Scheduler:
         engine then fast-forwards such runs. Policies opt in; the safe default is False."""
         return False
 
+    def decodes_through_finishes(self) -> bool:
+        """Vouch, for a batch of decodes ``decode_batch`` or a steady plan gave, that when some
+        of its requests finish (and leave through ``finish``) with no other change,
+        ``decode_batch`` would give the rest of the batch in the same order. The engine's decode
+        run then goes on past finishes. Policies opt in; the safe default is False."""
+        return False
+
     # ---- helpers for policies -------------------------------------------------------------
     def requeue(self, victim: Request) -> None:
         """Where a preempted request waits: the front of the queue (policies may override)."""
@@ -201,12 +208,12 @@ class Scheduler:
         run out. The victim is the last request in ``running`` (the most recently admitted
         under FCFS), as in vLLM; a request that is itself the last one preempts itself."""
         kv, out, running = self.kv, plan.num_new_tokens, self.running
-        tables, bs = kv.tables, kv.block_size
+        held, bs = kv.held, kv.block_size
         i = 0
         while i < len(running):
             r = running[i]
             total = r.prompt_tokens + r.num_generated
-            if total > len(tables[r.id]) * bs:  # needs a new block (the common case skips this)
+            if total > held[r.id] * bs:  # needs a new block (the common case skips this)
                 while not kv.allocate(r.id, total):
                     victim = running[-1]
                     self.preempt(victim, plan)
@@ -313,6 +320,12 @@ class BudgetScheduler(Scheduler):
         else:
             sort_key_queue(self.waiting, victim, self.queue_key)
 
+    def decodes_through_finishes(self) -> bool:
+        # with nothing waiting, decode_batch's tests hold for any part of a batch that passed
+        # them (fewer requests under the budget, each still decoding) and running_order keeps
+        # the order of the requests left (the running list; sarathi's stable sort)
+        return not self.waiting
+
     def decode_batch(self) -> list[Request] | None:
         # schedule_running gives each running request in running_order its remaining tokens
         # under the budget, growing its blocks; with nothing waiting, no admission follows
@@ -352,7 +365,7 @@ class BudgetScheduler(Scheduler):
         """Running requests catch up (decodes, unfinished chunks); returns the budget left. A
         victim already scheduled this step gives its tokens back to the budget."""
         kv, out, preempted = self.kv, plan.num_new_tokens, plan.preempted
-        tables, bs, covered_is_noop, chunk = kv.tables, kv.block_size, kv.covered_is_noop, self.chunk
+        held, bs, covered_is_noop, chunk = kv.held, kv.block_size, kv.covered_is_noop, self.chunk
         single = self.chunk_keeps_single_tokens
         for r in self.running_order():
             if budget <= 0:
@@ -369,9 +382,9 @@ class BudgetScheduler(Scheduler):
                 if n <= 0:
                     continue
             total = computed + n
-            table = tables.get(rid)
-            # a table that already covers the tokens needs no allocation (when asking has no side effects)
-            if covered_is_noop and table is not None and total <= len(table) * bs:
+            blocks = held.get(rid)
+            # blocks that already cover the tokens need no allocation (when asking has no side effects)
+            if covered_is_noop and blocks is not None and total <= blocks * bs:
                 out[rid] = n
                 budget -= n
                 continue
