@@ -60,11 +60,12 @@ def commit(plan, by_id: dict, now: float) -> list[int]:
         swapped = plan.swapped_out
         for rid in plan.preempted:
             preempt(by_id[rid], rid in swapped)
-    for rid, c in plan.cached_tokens.items():  # prefix-cache hits count as computed
-        r = by_id[rid]
-        r.num_computed = c
-        if r.first_scheduled_s is None:
-            r.cached_tokens = c
+    if plan.cached_tokens:
+        for rid, c in plan.cached_tokens.items():  # prefix-cache hits count as computed
+            r = by_id[rid]
+            r.num_computed = c
+            if r.first_scheduled_s is None:
+                r.cached_tokens = c
     ctx = []
     append = ctx.append
     for rid in plan.num_new_tokens:

@@ -11,6 +11,7 @@ from sim.request import Status
 from sim.scheduler import REGISTRY
 from sim.scheduler.lookahead import projected_peak_blocks
 from sim.scheduler.predictors import PREDICTORS
+from sim.types import StepPlan
 
 
 def test_every_policy_is_registered_by_name():
@@ -121,6 +122,21 @@ def test_priority_admits_lower_number_first_and_preempts_the_lowest_class():
     step(s)
     p = step(s)
     assert p.preempted == [0] and p.num_new_tokens == {1: 1}  # the low class loses, though it ran last
+
+
+def test_a_victim_already_scheduled_this_step_gives_its_tokens_back_to_the_budget():
+    s = make("priority", 4, max_num_batched_tokens=100)
+    low, high = req(0, 5, 5, priority=3), req(1, 7, 5, priority=0)
+    s.add(low)
+    step(s)  # low runs first: 2 blocks
+    s.add(high)
+    step(s), step(s)  # high takes the other 2; both still fit
+    assert s.kv.tables == {0: [0, 1], 1: [2, 3]} and (low.num_tokens, high.num_tokens) == (8, 9)
+    plan = StepPlan()
+    left = s.schedule_running(plan, 10)  # low gets its token, then high needs a third block: low is the victim
+    assert plan.preempted == [0] and plan.num_new_tokens == {1: 1} and s.kv.tables == {1: [2, 3, 0]}
+    assert left == 9  # 10 - low's 1 + low's 1 back - high's 1
+    assert list(s.waiting) == [low] and low.num_computed == 7  # the engine resets progress on commit
 
 
 def test_sjf_orders_by_predicted_length_and_srpt_victim_has_most_remaining():

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from sim.types import BatchShape, RequestSpec, StepTime, fast_init
+from sim.types import BatchShape, RequestSpec, StepPlan, StepTime, fast_init
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,3 +80,18 @@ def test_post_init_and_kw_only_refused():
         @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
         class _Kw:
             a: int
+
+
+def test_step_plan_starts_empty_with_its_own_containers():
+    a, b = StepPlan(), StepPlan()
+    assert a == b and a.empty and a.total_tokens == 0
+    assert (a.num_new_tokens, a.preempted, a.swapped_in, a.swapped_out, a.blocks_swapped_in, a.blocks_swapped_out,
+            a.cached_tokens, a.aborted) == ({}, [], [], [], 0, 0, {}, {})
+    a.num_new_tokens[1] = 2
+    a.preempted.append(3)
+    assert b.num_new_tokens == {} and b.preempted == [] and a != b
+    assert [f.name for f in dataclasses.fields(StepPlan)] == list(inspect.signature(StepPlan).parameters)
+    c = StepPlan(num_new_tokens={1: 4}, preempted=[2], blocks_swapped_out=3, aborted={2: "x"})
+    assert (c.num_new_tokens, c.preempted, c.blocks_swapped_out, c.aborted, c.swapped_in) == ({1: 4}, [2], 3, {2: "x"}, [])
+    assert dataclasses.replace(c, blocks_swapped_in=1) == StepPlan({1: 4}, [2], [], [], 1, 3, {}, {2: "x"})
+    assert repr(StepPlan()).startswith("StepPlan(num_new_tokens={}, preempted=[]")

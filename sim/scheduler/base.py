@@ -226,16 +226,6 @@ class Scheduler:
             out[r.id] = total - r.num_computed
             i += 1
 
-    def grow(self, r: Request, total_tokens: int, plan: StepPlan, victim) -> bool:
-        """Blocks for running ``r`` to cover ``total_tokens``, preempting ``victim()`` until they
-        fit; False when ``r`` itself was the victim."""
-        while not self.kv.allocate(r.id, total_tokens):
-            v = victim()
-            self.preempt(v, plan)
-            if v is r:
-                return False
-        return True
-
 
 def sort_key_queue(waiting: deque, r: Request, key) -> None:
     """Insert ``r`` into ``waiting`` kept in ascending ``key`` order (after equal keys)."""
@@ -384,28 +374,28 @@ class BudgetScheduler(Scheduler):
             total = computed + n
             blocks = held.get(rid)
             # blocks that already cover the tokens need no allocation (when asking has no side effects)
-            if covered_is_noop and blocks is not None and total <= blocks * bs:
+            if (covered_is_noop and blocks is not None and total <= blocks * bs) or kv.allocate(rid, total):
                 out[rid] = n
                 budget -= n
-                continue
-            budget = self._grow_running(r, total, n, plan, budget)
+            else:
+                budget = self._make_room(r, total, n, plan, budget)
         return budget
 
-    def _grow_running(self, r: Request, total: int, n: int, plan: StepPlan, budget: int) -> int:
-        """``schedule_running`` for a request whose blocks must grow to ``total`` tokens for its
-        ``n`` tokens (preempting ``victim``s until they fit); returns the budget left."""
-        refund = 0
-
-        def victim() -> Request:
-            nonlocal refund
+    def _make_room(self, r: Request, total: int, n: int, plan: StepPlan, budget: int) -> int:
+        """``schedule_running`` for a request whose blocks the pool just refused to grow to
+        ``total`` tokens for its ``n`` tokens: preempt ``victim``s until they fit, or until ``r``
+        itself was the victim; returns the budget left. A victim already scheduled this step
+        gives its tokens back to the budget."""
+        out = plan.num_new_tokens
+        while True:
             v = self.victim()
-            refund += plan.num_new_tokens.get(v.id, 0)
-            return v
-
-        if self.grow(r, total, plan, victim):
-            plan.num_new_tokens[r.id] = n
-            budget -= n
-        return budget + refund
+            budget += out.get(v.id, 0)
+            self.preempt(v, plan)
+            if v is r:
+                return budget
+            if self.kv.allocate(r.id, total):
+                out[r.id] = n
+                return budget - n
 
     def schedule_waiting(self, plan: StepPlan, budget: int, now: float) -> None:
         """Admit waiting requests in queue order until one does not fit (head-of-line)."""
