@@ -129,19 +129,24 @@ def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generato
         yield items
 
 
-def synthetic_requests(cfg: WorkloadConfig, rng: np.random.Generator, info: dict) -> Iterator[RequestSpec]:
-    """The synthetic request stream ``cfg`` describes (see the module docstring)."""
+def synthetic_requests(cfg: WorkloadConfig, rng: np.random.Generator, info: dict,
+                       max_context: int | None = None) -> Iterator[RequestSpec]:
+    """The synthetic request stream ``cfg`` describes (see the module docstring). With
+    ``max_context`` each request carries its output limit, ``max_output_tokens`` = the context
+    minus its prompt (at least 1): the limit the engine gives a request without one, so the
+    engine need not build a second spec to set it."""
     sources = cfg.tenants or [cfg]
     desc = ", ".join(f"{s.name} {s.arrival} at {s.rate}/s" for s in cfg.tenants) if cfg.tenants else f"{cfg.arrival} at {cfg.rate}/s"
     info["source"] = f"synthetic {desc}" + (" sessions" if cfg.sessions else "")
     clipped = info.setdefault("clipped", {"prompt": 0, "output": 0})
     renewal = len(sources) == 1 and cfg.sessions is None and cfg.system_prompts is None and cfg.arrival in ("poisson", "gamma")
-    yield from (_renewal_requests if renewal else _merged_requests)(cfg, rng, clipped)
+    yield from (_renewal_requests if renewal else _merged_requests)(cfg, rng, clipped, max_context)
 
 
-def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict) -> Iterator[RequestSpec]:
+def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict,
+                     max_context: int | None = None) -> Iterator[RequestSpec]:
     """Any synthetic stream: each source's plans in time order, the sources merged, numbered,
-    stopped at ``num_requests`` or ``duration_s``."""
+    stopped at ``num_requests`` or ``duration_s`` (``max_context``: see ``synthetic_requests``)."""
     sources = cfg.tenants or [cfg]
     rngs = [rng] if len(sources) == 1 else [np.random.default_rng(s) for s in rng.integers(0, 2**63, len(sources))]
     pools: dict = {}
@@ -156,14 +161,17 @@ def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dic
             break
         clipped["prompt"] += p_clip
         clipped["output"] += o_clip
-        yield RequestSpec(id=n, arrival_s=t - t0, prompt_tokens=p, output_tokens=o, block_hashes=hashes,
-                          hash_block_tokens=hb, session_id=sid, priority=prio, slo_class=slo, tenant=tenant)
+        limit = None if max_context is None else max(1, max_context - p)
+        yield RequestSpec(id=n, arrival_s=t - t0, prompt_tokens=p, output_tokens=o, max_output_tokens=limit,
+                          block_hashes=hashes, hash_block_tokens=hb, session_id=sid, priority=prio, slo_class=slo,
+                          tenant=tenant)
         n += 1
         if cfg.num_requests is not None and n >= cfg.num_requests:
             break
 
 
-def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict) -> Iterator[RequestSpec]:
+def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict,
+                      max_context: int | None = None) -> Iterator[RequestSpec]:
     """``_merged_requests`` for one source of single requests (no tenants, sessions or system
     prompts) with Poisson or gamma arrivals, ``CHUNK`` requests at a time: the same draws in the
     same order (a chunk of gaps, one of prompt lengths, one of output lengths), arrival times
@@ -192,7 +200,8 @@ def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: di
                 clipped["prompt"] += 1
             if oc:
                 clipped["output"] += 1
-            yield RequestSpec(n, a, pt, ot, None, None, hb, None, prio, slo, tenant)
+            limit = None if max_context is None else max(1, max_context - pt)
+            yield RequestSpec(n, a, pt, ot, limit, None, hb, None, prio, slo, tenant)
             n += 1
         if k < CHUNK:
             return
