@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
+from itertools import repeat
 
 import numpy as np
 
@@ -134,13 +135,14 @@ def synthetic_requests(cfg: WorkloadConfig, rng: np.random.Generator, info: dict
     """The synthetic request stream ``cfg`` describes (see the module docstring). With
     ``max_context`` each request carries its output limit, ``max_output_tokens`` = the context
     minus its prompt (at least 1): the limit the engine gives a request without one, so the
-    engine need not build a second spec to set it."""
+    engine need not build a second spec to set it. Notes the source in ``info`` at once and
+    returns the stream itself (the engine reads it directly, not through a delegating generator)."""
     sources = cfg.tenants or [cfg]
     desc = ", ".join(f"{s.name} {s.arrival} at {s.rate}/s" for s in cfg.tenants) if cfg.tenants else f"{cfg.arrival} at {cfg.rate}/s"
     info["source"] = f"synthetic {desc}" + (" sessions" if cfg.sessions else "")
     clipped = info.setdefault("clipped", {"prompt": 0, "output": 0})
     renewal = len(sources) == 1 and cfg.sessions is None and cfg.system_prompts is None and cfg.arrival in ("poisson", "gamma")
-    yield from (_renewal_requests if renewal else _merged_requests)(cfg, rng, clipped, max_context)
+    return (_renewal_requests if renewal else _merged_requests)(cfg, rng, clipped, max_context)
 
 
 def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict,
@@ -194,13 +196,13 @@ def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: di
         k = CHUNK if left is None else min(CHUNK, left)
         if cfg.duration_s is not None:
             k = min(k, int(np.searchsorted(arrival, cfg.duration_s, side="right")))  # arrivals never decrease
-        for a, pt, ot, pc, oc in zip(arrival[:k].tolist(), p[:k].tolist(), o[:k].tolist(), p_clip[:k].tolist(),
-                                     o_clip[:k].tolist()):
+        limits = repeat(None) if max_context is None else np.maximum(max_context - p[:k], 1).tolist()
+        for a, pt, ot, limit, pc, oc in zip(arrival[:k].tolist(), p[:k].tolist(), o[:k].tolist(), limits,
+                                            p_clip[:k].tolist(), o_clip[:k].tolist()):
             if pc:
                 clipped["prompt"] += 1
             if oc:
                 clipped["output"] += 1
-            limit = None if max_context is None else max(1, max_context - pt)
             yield RequestSpec(n, a, pt, ot, limit, None, hb, None, prio, slo, tenant)
             n += 1
         if k < CHUNK:
