@@ -164,3 +164,23 @@ def test_with_output_limit_is_replace():
     vals.update(block_hashes=(1, 2), session_id="s", slo_class="c", tenant="t", arrival_s=0.5)
     spec = RequestSpec(**vals)
     assert spec.with_output_limit(77) == dataclasses.replace(spec, max_output_tokens=77)
+
+
+def test_output_limits_set_by_the_workload_or_by_the_engine_give_the_same_run(monkeypatch):
+    """A synthetic workload hands out specs that carry their output limit (the context minus the
+    prompt); the engine sets the same limit on a spec without one. An Orca policy reserving the
+    limit, on a model with a short context (4,096 tokens), makes the limit matter: the rows are the
+    same either way."""
+    import sim.workload as workload
+
+    cfg = tiny_config(model="llama-2-7b", cluster={"replicas": 2}, kv={"num_gpu_blocks": 600},
+                      scheduler={"name": "orca", "reserve": "max_output_tokens"},
+                      workload=uniform_workload(40.0, 120, 4000, 300))
+    with_limits = requests_frame(Engine(load_config(cfg)).run())
+    plain = workload.synthetic_requests
+    monkeypatch.setattr(workload, "synthetic_requests", lambda cfg, rng, info, max_context=None: plain(cfg, rng, info))
+    eng = Engine(load_config(cfg))
+    assert next(iter(eng.workload)).max_output_tokens is None  # the engine sets them now
+    without = requests_frame(eng.run())
+    assert without.equals(with_limits)
+    assert (with_limits.status == "finished").sum() > 50 and (with_limits.status == "rejected").sum() > 0

@@ -75,8 +75,8 @@ def test_weighted_dist_on_many_gaps_with_ties():
        num=st.one_of(st.none(), st.integers(1, 3000)), duration=st.one_of(st.none(), st.floats(0.5, 200.0)),
        prompt=st.sampled_from([{"kind": "lognormal", "median": 300, "sigma": 2.5, "max": 4000},
                                {"kind": "uniform", "min": 3, "max": 90}, {"kind": "fixed", "value": 12}]),
-       seed=st.integers(0, 2**32))
-def test_renewal_stream_equals_the_general_one(arrival, rate, cv, num, duration, prompt, seed):
+       seed=st.integers(0, 2**32), ctx=st.one_of(st.none(), st.integers(2, 5000)))
+def test_renewal_stream_equals_the_general_one(arrival, rate, cv, num, duration, prompt, seed, ctx):
     import copy
 
     from sim.config import load_config
@@ -90,8 +90,8 @@ def test_renewal_stream_equals_the_general_one(arrival, rate, cv, num, duration,
                                     "duration_s": duration, "prompt": prompt}}).workload
     rng = np.random.default_rng(seed)
     fast, general = {"prompt": 0, "output": 0}, {"prompt": 0, "output": 0}
-    a = list(synthetic._renewal_requests(cfg, copy.deepcopy(rng), fast))
-    b = list(synthetic._merged_requests(cfg, copy.deepcopy(rng), general))
+    a = list(synthetic._renewal_requests(cfg, copy.deepcopy(rng), fast, ctx))
+    b = list(synthetic._merged_requests(cfg, copy.deepcopy(rng), general, ctx))
     assert repr(a) == repr(b) and fast == general
 
 

@@ -39,7 +39,10 @@ class Workload:
 def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Generator) -> Workload:
     """The request stream ``cfg`` describes. Requests longer than ``max_context`` are passed
     through (the engine rejects and counts them) unless ``cfg.clip_to_context`` is set.
-    Draws one seed from ``rng``; the stream's own randomness comes from it."""
+    Draws one seed from ``rng``; the stream's own randomness comes from it. A synthetic request
+    carries its output limit (``max_output_tokens`` = ``max_context`` minus its prompt, at least 1:
+    what the engine gives a request without one), except with ``clip_to_context``, whose clipping
+    may shorten the prompt (the engine then sets it); a trace's requests keep the trace's."""
     info: dict = {}
     seed = np.random.default_rng(int(rng.integers(0, 2**63)))
 
@@ -49,7 +52,10 @@ def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Gene
         if cfg.clip_to_context:
             info["clipped_to_context"] = {"prompt": 0, "output": 0}
         own = copy.deepcopy(seed)
-        reqs = read_trace_requests(cfg, info, own) if cfg.trace is not None else synthetic_requests(cfg, own, info)
+        if cfg.trace is not None:
+            reqs = read_trace_requests(cfg, info, own)
+        else:
+            reqs = synthetic_requests(cfg, own, info, None if cfg.clip_to_context else max_context)
         return _clip(reqs, max_context, info) if cfg.clip_to_context else reqs
 
     return Workload(make, info)

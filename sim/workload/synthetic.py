@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
+from itertools import repeat
 
 import numpy as np
 
@@ -129,19 +130,25 @@ def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generato
         yield items
 
 
-def synthetic_requests(cfg: WorkloadConfig, rng: np.random.Generator, info: dict) -> Iterator[RequestSpec]:
-    """The synthetic request stream ``cfg`` describes (see the module docstring)."""
+def synthetic_requests(cfg: WorkloadConfig, rng: np.random.Generator, info: dict,
+                       max_context: int | None = None) -> Iterator[RequestSpec]:
+    """The synthetic request stream ``cfg`` describes (see the module docstring). With
+    ``max_context`` each request carries its output limit, ``max_output_tokens`` = the context
+    minus its prompt (at least 1): the limit the engine gives a request without one, so the
+    engine need not build a second spec to set it. Notes the source in ``info`` at once and
+    returns the stream itself (the engine reads it directly, not through a delegating generator)."""
     sources = cfg.tenants or [cfg]
     desc = ", ".join(f"{s.name} {s.arrival} at {s.rate}/s" for s in cfg.tenants) if cfg.tenants else f"{cfg.arrival} at {cfg.rate}/s"
     info["source"] = f"synthetic {desc}" + (" sessions" if cfg.sessions else "")
     clipped = info.setdefault("clipped", {"prompt": 0, "output": 0})
     renewal = len(sources) == 1 and cfg.sessions is None and cfg.system_prompts is None and cfg.arrival in ("poisson", "gamma")
-    yield from (_renewal_requests if renewal else _merged_requests)(cfg, rng, clipped)
+    return (_renewal_requests if renewal else _merged_requests)(cfg, rng, clipped, max_context)
 
 
-def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict) -> Iterator[RequestSpec]:
+def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict,
+                     max_context: int | None = None) -> Iterator[RequestSpec]:
     """Any synthetic stream: each source's plans in time order, the sources merged, numbered,
-    stopped at ``num_requests`` or ``duration_s``."""
+    stopped at ``num_requests`` or ``duration_s`` (``max_context``: see ``synthetic_requests``)."""
     sources = cfg.tenants or [cfg]
     rngs = [rng] if len(sources) == 1 else [np.random.default_rng(s) for s in rng.integers(0, 2**63, len(sources))]
     pools: dict = {}
@@ -156,14 +163,17 @@ def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dic
             break
         clipped["prompt"] += p_clip
         clipped["output"] += o_clip
-        yield RequestSpec(id=n, arrival_s=t - t0, prompt_tokens=p, output_tokens=o, block_hashes=hashes,
-                          hash_block_tokens=hb, session_id=sid, priority=prio, slo_class=slo, tenant=tenant)
+        limit = None if max_context is None else max(1, max_context - p)
+        yield RequestSpec(id=n, arrival_s=t - t0, prompt_tokens=p, output_tokens=o, max_output_tokens=limit,
+                          block_hashes=hashes, hash_block_tokens=hb, session_id=sid, priority=prio, slo_class=slo,
+                          tenant=tenant)
         n += 1
         if cfg.num_requests is not None and n >= cfg.num_requests:
             break
 
 
-def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict) -> Iterator[RequestSpec]:
+def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict,
+                      max_context: int | None = None) -> Iterator[RequestSpec]:
     """``_merged_requests`` for one source of single requests (no tenants, sessions or system
     prompts) with Poisson or gamma arrivals, ``CHUNK`` requests at a time: the same draws in the
     same order (a chunk of gaps, one of prompt lengths, one of output lengths), arrival times
@@ -186,13 +196,14 @@ def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: di
         k = CHUNK if left is None else min(CHUNK, left)
         if cfg.duration_s is not None:
             k = min(k, int(np.searchsorted(arrival, cfg.duration_s, side="right")))  # arrivals never decrease
-        for a, pt, ot, pc, oc in zip(arrival[:k].tolist(), p[:k].tolist(), o[:k].tolist(), p_clip[:k].tolist(),
-                                     o_clip[:k].tolist()):
+        limits = repeat(None) if max_context is None else np.maximum(max_context - p[:k], 1).tolist()
+        for a, pt, ot, limit, pc, oc in zip(arrival[:k].tolist(), p[:k].tolist(), o[:k].tolist(), limits,
+                                            p_clip[:k].tolist(), o_clip[:k].tolist()):
             if pc:
                 clipped["prompt"] += 1
             if oc:
                 clipped["output"] += 1
-            yield RequestSpec(n, a, pt, ot, None, None, hb, None, prio, slo, tenant)
+            yield RequestSpec(n, a, pt, ot, limit, None, hb, None, prio, slo, tenant)
             n += 1
         if k < CHUNK:
             return
