@@ -122,7 +122,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     ``through_finishes`` (the caller vouches that the policy would go on decoding the rest of
     the batch when some requests finish, and that nothing else happens at a finish; not with
     ``columns``): the run goes on past finishes with the requests left, whose blocks the
-    finishers give back at the end of their last step (``_go_on``)."""
+    finishers give back at the end of their last step (``_through``)."""
     n = len(reqs)
     # one pass over the batch: the steps until the first finish, the KV tokens, the longest
     # context, and the step at which each request needs its next block (its table overflows)
@@ -141,6 +141,10 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     kv_tokens += n
     longest += 1
     grower = BlockGrower(kv, reqs, due)
+    if through_finishes and not columns:
+        run = _through(reqs, kv, cost, grower, kv_tokens, longest, start, arrival, price_hint)
+        if run is not None:
+            return run
     times = _clock(cost, n, kv_tokens, longest, horizon, start, arrival, price_hint)
     if times is None:  # no side-effect-free series: step by step (table lookups count each query)
         if due and min(due) <= 0 and grower.grow_until(1) == 0:  # the first step's blocks are not there
@@ -158,45 +162,78 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     if columns:
         series = cost.decode_series(n, kv_tokens, longest, k_end)
         cols = {c: v if isinstance(v, list) else v.tolist() for c, v in ((c, series[c]) for c in ("total", *COMPONENTS))}
-    elif through_finishes and k_end == horizon:  # the first finish reached
-        _go_on(reqs, kv, cost, grower, times, horizon, arrival)
-        k_end = len(times) - 1
     return grower.run(times, cols, cost.source, k_end)
 
 
-def _go_on(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", times: list, k0: int,
-           arrival: float) -> None:
-    """``decode_run`` past its first finish, at step ``k0``: the requests that finished free
-    their blocks (as ``Scheduler.finish`` will find them gone) and the others go on, priced,
-    cut and grown as a run of their own, finish after finish; ``times`` is extended."""
-    left = [(r.output_tokens - r.num_generated, r.num_computed, i) for i, r in enumerate(reqs)]
-    due, freed = grower.due, grower.freed
-    count = hasattr(cost, "count_decode_run")
+def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", kv_tokens: int, longest: int,
+             start: float, arrival: float, price_hint: float | None) -> DecodeRun | None:
+    """``decode_run`` past finishes: the batch is priced finish after finish (the requests left
+    as a batch of their own) up to the first step that would start at or after ``arrival`` or
+    the last finish; then each request grows the blocks of its steps in the run, and the
+    requests that finished before the run's last step give theirs back at the end of their last
+    step (as ``Scheduler.finish`` would, which will find them gone). None, with nothing changed,
+    when the pool does not hold every block the run needs (one could be refused at some step:
+    the run then stops at the first finish and grows step by step) or the cost model has no
+    side-effect-free series."""
+    n = size = len(reqs)  # the batch's size now, and at the start
+    bs, due = kv.block_size, grower.due
+    left = [r.output_tokens - r.num_generated for r in reqs]  # each request's steps to its last token
+    computed = [r.num_computed for r in reqs]
+    order = sorted(range(n), key=left.__getitem__)  # finish order
+    contexts = sorted(computed)  # of the requests still in the batch (the longest is the last)
+    times, k0, j, hint, priced = [start], 0, 0, price_hint, []
+    base = kv_tokens - n  # the batch's computed tokens at the run's start
     while True:
-        left = [x for x in left if x[0] > k0]  # the requests still decoding after step k0 - 1
-        t = times[-1]
-        if not left or t >= arrival:
-            return
-        n = len(left)
-        nxt = min(x[0] for x in left)  # the next finish
-        kv_tokens = sum(x[1] for x in left) + n * (k0 + 1)
-        longest = max(x[1] for x in left) + k0 + 1
-        more = _clock(cost, n, kv_tokens, longest, nxt - k0, t, arrival, t - times[-2])
+        nxt = left[order[j]]  # the next finish
+        kv_k0, longest = base + n * (k0 + 1), contexts[-1] + k0 + 1
+        more = _clock(cost, n, kv_k0, longest, nxt - k0, times[-1], arrival, hint)
         if more is None:
-            return
-        blocks = 0
-        for i, r in enumerate(reqs):  # the finishers of step k0 - 1 leave
-            if r.output_tokens - r.num_generated == k0:
-                blocks += kv.free(r.id)
-                due[i] = _INF
-        freed.append((k0 - 1, blocks))
-        k_end = grower.grow_until(k0 + len(more) - 1)
-        if count:
-            cost.count_decode_run(n, kv_tokens, longest, k_end - k0)
-        times += more[1: k_end - k0 + 1]
-        if k_end < nxt:  # an arrival or a block the pool cannot give ends the run
-            return
+            return None
+        kept = len(more) - 1
+        priced.append((n, kv_k0, longest, kept))
+        times += more[1:]
+        if kept < nxt - k0:  # the arrival cut it
+            break
         k0 = nxt
+        while j < size and left[order[j]] == nxt:  # the finishers leave the batch
+            c = computed[order[j]]
+            base -= c
+            del contexts[bisect_left(contexts, c)]
+            n -= 1
+            j += 1
+        if not n or times[-1] >= arrival:
+            break
+        hint = times[-1] - times[-2]
+    steps = len(times) - 1
+    pairs, grown, total = [], [], 0  # blocks per request for its steps in the run
+    for i, r in enumerate(reqs):
+        last = left[i] if left[i] < steps else steps
+        d = due[i]
+        if d < last:
+            c = (last - 1 - d) // bs + 1
+            pairs.append((r.id, c))
+            grown.append((i, d, c))
+            total += c
+    if not kv.can_allocate(total):  # the pool could refuse a block at some step
+        return None
+    if hasattr(cost, "count_decode_run"):
+        for args in priced:
+            cost.count_decode_run(*args)
+    kv.add_blocks(pairs)
+    for i, d, c in grown:
+        grower.grown.append((d, c))
+        due[i] = d + c * bs
+    freed = grower.freed
+    for i in order:
+        k = left[i]
+        if k >= steps:
+            break
+        blocks = kv.free(reqs[i].id)
+        if freed and freed[-1][0] == k - 1:
+            freed[-1] = (k - 1, freed[-1][1] + blocks)
+        else:
+            freed.append((k - 1, blocks))
+    return grower.run(times, None, cost.source, steps)
 
 
 def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: float, arrival: float,
@@ -300,7 +337,7 @@ class BlockGrower:
         self.due = due  # the step at which request i needs its next block: the step whose token overflows its blocks
         self.start_used = kv.num_used
         self.grown: list[tuple[int, int]] = []
-        self.freed: list[tuple[int, int]] = []  # (step, blocks) given back by finishers (``_go_on``)
+        self.freed: list[tuple[int, int]] = []  # (step, blocks) given back by finishers (``_through``)
 
     def grow_until(self, k_end: int) -> int:
         """Allocate for the steps before ``k_end``; returns the first step the pool cannot give

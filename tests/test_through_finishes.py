@@ -8,13 +8,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import tiny_config, uniform_workload
-from sim import lifecycle, simulate
+from sim import engine, lifecycle, simulate
 from sim import fastforward
 from sim.fastforward import DecodeRun
 from sim.metrics.steplog import ItlLog
 from sim.request import Request, Status
 from sim.scheduler import REGISTRY
-from sim.scheduler.base import Scheduler
 from sim.types import RequestSpec
 from test_fast_forward import assert_identical
 
@@ -79,11 +78,10 @@ def test_used_with_frees(start_used, grown, freed, bs, steps, used_end):
 
 
 def _stopping_at_finishes(monkeypatch, cfg):
+    """``cfg`` simulated with every decode run stopping at its first finish."""
+    real = engine.decode_run
     with monkeypatch.context() as m:
-        m.setattr(Scheduler, "decodes_through_finishes", lambda self: False)
-        for cls in REGISTRY.values():
-            if "decodes_through_finishes" in vars(cls):
-                m.setattr(cls, "decodes_through_finishes", lambda self: False)
+        m.setattr(engine, "decode_run", lambda *args: real(*args[:7], False))
         return simulate(cfg)
 
 
@@ -105,8 +103,15 @@ def test_runs_go_on_past_finishes(monkeypatch):
     """The default workload without step rows: most runs go on past a finish (so the equivalence
     above compares two different paths), and the step count stays that of stopping at each."""
     calls = []
-    real = fastforward._go_on
-    monkeypatch.setattr(fastforward, "_go_on", lambda *a: calls.append(len(a[4])) or real(*a))
+    real = fastforward._through
+
+    def spy(*args):
+        run = real(*args)
+        if run is not None and run.freed:  # went on past a finish
+            calls.append(run.steps)
+        return run
+
+    monkeypatch.setattr(fastforward, "_through", spy)
     cfg = tiny_config(cluster={"replicas": 2}, workload={"rate": 10.0, "num_requests": 300},
                       output={"step_records": False, "plots": False, "progress": False})
     res = simulate(cfg)
