@@ -66,6 +66,11 @@ class DecodeRun:
                 new[step] -= blocks
         return list(accumulate(new, initial=self.start_used))[1:]
 
+    def most_used(self) -> int:
+        """A bound on ``used``: what was in use at the run's start and every block it allocated
+        (cheap: a run's peak is computed only when it may matter)."""
+        return self.start_used + sum(blocks for _, blocks in self.grown)
+
     def peak_used(self, used_end: int) -> int:
         """``max(used)`` with the last step's value replaced by ``used_end`` (what the pool held
         when the last step ended). Without frees blocks in use only grow during a run, so the

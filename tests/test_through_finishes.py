@@ -72,6 +72,7 @@ def test_used_with_frees(start_used, grown, freed, bs, steps, used_end):
     run = DecodeRun([], [0.0] * (steps + 1), None, start_used, grown, bs, "roofline", steps, freed)
     assert run.used == expect
     assert [run.used_at(j) for j in range(steps)] == expect
+    assert all(u <= run.most_used() for u in expect)  # the bound that lets StepLog skip a run's peak
     if steps:
         expect[-1] = used_end
         assert run.peak_used(used_end) == max(expect)

@@ -217,9 +217,10 @@ class StepLog:
         row sees the arrivals and finishes of the run's last step)."""
         k = run.steps
         self.count += k
-        peak = run.peak_used(used_end)
-        if peak > self.peak_kv_blocks:
-            self.peak_kv_blocks = peak
+        if used_end > self.peak_kv_blocks or run.most_used() > self.peak_kv_blocks:  # (else no step can raise it)
+            peak = run.peak_used(used_end)
+            if peak > self.peak_kv_blocks:
+                self.peak_kv_blocks = peak
         self._recent[run.source] += k
         if not self.keep_rows:
             return
