@@ -1,4 +1,4 @@
-"""The roofline's shortcuts price exactly as its general path: decode runs in one comprehension,
+"""The roofline's shortcuts price exactly as its general path: decode runs in one loop,
 the step aggregates of common batch shapes, the dense part cached by tokens and by sequences,
 memoised prefill attention. Every comparison is exact (==), on models with plain, sliding-window
 and MLA attention, MoE, several dtypes and efficiency factors."""
@@ -38,7 +38,7 @@ def build(case: str) -> RooflineCostModel:
     return RooflineCostModel(get_model(model), get_hardware(hw), **kw)
 
 
-def test_the_comprehension_is_taken_where_decode_is_memory_bound():
+def test_the_short_run_loop_is_taken_where_decode_is_memory_bound():
     took = {c: build(c)._memory_bound_terms()[1] for c in CASES}
     assert took == {"8b": True, "70b-tp4-pp2": True, "8b-fp8": True, "8b-a100": True, "8b-fp4-kv": False,
                     "8b-floor": True, "8b-compute-bound": False, "8b-ridge-flops": False, "8b-ridge-bytes": True,

@@ -110,7 +110,7 @@ class _MemoryBound(NamedTuple):
 
     p: object  # the parameters these were computed for
     ok: bool  # memory-bound (see ``_memory_bound_terms``)
-    runs: dict  # the comprehension's constants by batch size (``_memory_bound_run``)
+    runs: dict  # the short-run loop's constants by batch size (``_memory_bound_run``)
     K: int  # KV bytes per cached token of one layer
     QB: int  # query and output bytes per sequence of one layer
     db: float  # effective memory bandwidth
@@ -446,19 +446,25 @@ class RooflineCostModel:
         attention otherwise. No side effects."""
         if steps < VECTOR_STEPS:
             mb = self._mb if self._mb is not None and self._mb.p is self.p else self._memory_bound_terms()
-            if mb.series:  # memory-bound and this class's own decode pricing: one comprehension
+            if mb.series:  # memory-bound and this class's own decode pricing: one loop
                 run = mb.runs.get(num_seqs) or self._memory_bound_run(num_seqs)
                 g0, comm, other, cpu, qb, step, K, db, full, floor = run
                 nb = kv_tokens * K + qb  # the first step's attention bytes (an int)
                 nbs = range(nb, nb + steps * step, step)
+                out = []  # (plain loops: in a comprehension these names would be closure cells, slower per step)
                 if nb / db >= floor:
-                    return [g0 + full * (x / db) + comm + other + cpu for x in nbs]
-                return [g0 + full * (r if (r := x / db) >= floor else floor) + comm + other + cpu for x in nbs]
+                    for x in nbs:
+                        out.append(g0 + full * (x / db) + comm + other + cpu)
+                else:
+                    for x in nbs:
+                        r = x / db
+                        out.append(g0 + full * (r if r >= floor else floor) + comm + other + cpu)
+                return out
         parts = self._decode_parts(num_seqs, kv_tokens, longest, steps)
         return None if parts is None else parts[-1]
 
     def _memory_bound_terms(self) -> _MemoryBound:
-        """The constants of ``decode_totals``' short-run comprehension and ``_price``'s decode
+        """The constants of ``decode_totals``' short-run loop and ``_price``'s decode
         attention (``_MemoryBound``), kept in ``_mb`` until ``p`` is replaced (the two class
         checks are asked once, not per step).
 
@@ -486,7 +492,7 @@ class RooflineCostModel:
         return self._mb
 
     def _memory_bound_run(self, n: int) -> tuple:
-        """The constants of ``decode_totals``' comprehension for ``n`` sequences (kept in ``_mb``)."""
+        """The constants of ``decode_totals``' short-run loop for ``n`` sequences (kept in ``_mb``)."""
         p, _, runs, K, QB, db, full, floor, _, _ = self._mb  # (a tuple: unpacked in field order)
         gemm, other, comm, _ = self._dense_part(n, n)
         cpu = p.cpu_step_s + p.cpu_per_seq_s * n
