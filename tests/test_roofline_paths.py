@@ -160,3 +160,26 @@ def test_memoised_prefill_attention_is_the_priced_one(monkeypatch, entries):
             window = int(rng.choice([0, W]))
             assert cm.attn_prefill(chunks, window) == cm._attn_prefill(chunks, window)
             assert len(cm._prefill_memo) <= entries
+
+
+@pytest.mark.parametrize("entries", [1, 3, 1 << 16])
+def test_memoised_fixed_part_of_a_step_prices_as_a_fresh_model(monkeypatch, entries):
+    """One model pricing many steps (their fixed parts memoised, the memo emptied when full)
+    returns what a fresh model returns for each step alone; subclasses that price prefill
+    attention otherwise (profiled tables: out-of-range counts) keep no memo."""
+    monkeypatch.setattr(roofline, "STEP_MEMO_ENTRIES", entries)
+    assert profiled()._step_memo is None
+    rng = np.random.default_rng(1)
+    for case in ("8b", "70b-tp4-pp2", "window", "mla", "moe", "8b-compute-bound"):
+        cm = build(case)
+        assert cm._step_memo is not None
+        for _ in range(150):
+            n = int(rng.integers(1, 6))
+            q = int(rng.choice([2, 7, 300]))  # few chunk sizes: steps repeat
+            contexts = [int(x) for x in rng.integers(0, 3, size=n)]
+            tokens = (q,) + (1,) * (n - 1)
+            shape = BatchShape(tokens, tuple(contexts), int(rng.integers(0, 2)), 0)
+            o = cm._oor
+            assert cm.step_time(shape) == build(case).step_time(shape)
+            assert cm._oor == o
+            assert len(cm._step_memo) <= entries

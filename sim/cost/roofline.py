@@ -105,6 +105,11 @@ PREFILL_MEMO_ENTRIES = 1 << 16
 """Most single-chunk prefill-attention prices a roofline model memoises (about 10 MB at this size)."""
 
 
+STEP_MEMO_ENTRIES = 1 << 16
+"""Most fixed parts of one-chunk steps (``RooflineCostModel._fixed_part``) a roofline model
+memoises (about 23 MB at this size; a million requests of the benchmark workload hold ~45,000)."""
+
+
 class _MemoryBound(NamedTuple):
     """What ``RooflineCostModel._memory_bound_terms`` works out once per parameter set ``p``."""
 
@@ -173,6 +178,10 @@ class RooflineCostModel:
         self._prefill_memo: dict = {}
         self._oor = 0
         self._mb: _MemoryBound | None = None  # decode_totals' constants (_memory_bound_terms)
+        own = (type(self).attn_prefill is RooflineCostModel.attn_prefill
+               and type(self).attn_prefill_window is RooflineCostModel.attn_prefill_window
+               and type(self)._dense_part is RooflineCostModel._dense_part)
+        self._step_memo: dict | None = {} if own else None  # _price's fixed parts of one-chunk steps (None: off)
 
     # ------------------------------------------------------------------ operators
     def _roof(self, flops: float, nbytes: float, eff: float, peak: float | None = None) -> float:
@@ -561,31 +570,54 @@ class RooflineCostModel:
                 "other_gpu": full(other), "cpu": full(cpu), "swap": full(0.0), "source": self.source}
 
     def _price(self, tokens: int, n: int, chunks, dec_n: int, dec_kv: int, dec_max: int, swapped: int) -> StepTime:
-        gemm, other, comm, oor = self._dense_part(tokens, n) if n else (0.0, 0.0, 0.0, 0)
+        """The StepTime of a step's aggregates (``step_time``'s, ``decode_step``'s). The fixed part
+        of a step with one prefill chunk (all but its decode attention and swap: the same values,
+        computed by ``_fixed_part`` once) is memoised by (tokens, sequences, chunk) where this class
+        prices prefill attention and the dense part itself (pure functions, counting nothing out of
+        range but what the dense part's count replays); a memo that reaches ``STEP_MEMO_ENTRIES``
+        starts again empty."""
+        if len(chunks) == 1 and self._step_memo is not None:  # the common mixed step
+            key = (tokens, n, chunks[0])
+            fixed = self._step_memo.get(key)
+            if fixed is None:
+                if len(self._step_memo) >= STEP_MEMO_ENTRIES:
+                    self._step_memo.clear()
+                fixed = self._step_memo[key] = self._fixed_part(tokens, n, chunks)
+            gemm, ap, comm, other, cpu, oor = fixed
+        else:
+            gemm, ap, comm, other, cpu, oor = self._fixed_part(tokens, n, chunks)
         # attention runs in every layer of every stage; sliding-window layers see at most W keys
-        full, win, W = self.layers_full, self.layers_window, self.shapes.window
-        ap = full * self.attn_prefill(chunks) if chunks else 0.0
         ad = 0.0
         if dec_n:
+            full = self.layers_full
             mb = self._mb if self._mb is not None and self._mb.p is self.p else self._memory_bound_terms()
             if mb.inline:  # memory-bound, this class's attn_decode: its value, inlined
                 K, QB, db, floor = mb.K, mb.QB, mb.db, mb.floor
                 ad = full * (r if (r := (dec_kv * K + dec_n * QB) / db) >= floor else floor)
             else:
                 ad = full * self.attn_decode(dec_n, dec_kv, dec_max)
-        if win:
-            if chunks:
-                ap += win * self.attn_prefill_window(chunks)
-            if dec_n:
-                ad = ad + win * self.attn_decode(dec_n, min(dec_kv, dec_n * W), min(dec_max, W))
+            if self.layers_window:
+                W = self.shapes.window
+                ad = ad + self.layers_window * self.attn_decode(dec_n, min(dec_kv, dec_n * W), min(dec_max, W))
         self._oor += oor
-        cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n if n else 0.0
         swap = 0.0
         if swapped:
             block_bytes = self.block_size * kv_bytes_per_token_per_gpu(self.model, self.tp, self.pp, self.kv_dtype)
             swap = swapped * block_bytes / self.hw.host_bw
         total = gemm + ap + ad + comm + other + cpu + swap
         return StepTime(total, gemm, ap, ad, comm, other, cpu, swap, self.source, oor)
+
+    def _fixed_part(self, tokens: int, n: int, chunks) -> tuple[float, float, float, float, float, int]:
+        """(gemm, attn_prefill, comm, other_gpu, cpu, out-of-range queries of the dense part) of a
+        step: all of ``_price`` but the decode attention and the swap."""
+        gemm, other, comm, oor = self._dense_part(tokens, n) if n else (0.0, 0.0, 0.0, 0)
+        ap = 0.0
+        if chunks:
+            ap = self.layers_full * self.attn_prefill(chunks)
+            if self.layers_window:
+                ap += self.layers_window * self.attn_prefill_window(chunks)
+        cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n if n else 0.0
+        return gemm, ap, comm, other, cpu, oor
 
     def out_of_range_total(self) -> int:
         return self._oor
