@@ -99,7 +99,11 @@ class RooflineParams:
 
 
 VECTOR_STEPS = 48
-"""``decode_totals`` of at least this many steps are computed with numpy arrays."""
+"""``decode_totals`` of at least this many steps are computed with numpy arrays (but see ``LOOP_STEPS``)."""
+
+LOOP_STEPS = 128
+"""``decode_totals`` of fewer steps are computed by a plain loop where decode is memory-bound
+(``_memory_bound_terms``): about 0.1 us a step there, below numpy's fixed cost up to about here."""
 
 PREFILL_MEMO_ENTRIES = 1 << 16
 """Most single-chunk prefill-attention prices a roofline model memoises (about 10 MB at this size)."""
@@ -451,9 +455,10 @@ class RooflineCostModel:
         """The ``total`` of ``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by
         num_seqs, longest by 1 each step), with the same floating-point operations (less some
         whose result cannot matter, see ``_memory_bound_terms``), so the values are identical: a
-        list for short runs, a numpy array for long ones; None for subclasses that price decode
-        attention otherwise. No side effects."""
-        if steps < VECTOR_STEPS:
+        list for short runs (under ``LOOP_STEPS`` where memory-bound, else ``VECTOR_STEPS``), a
+        numpy array for long ones; None for subclasses that price decode attention otherwise. No
+        side effects."""
+        if steps < LOOP_STEPS:
             mb = self._mb if self._mb is not None and self._mb.p is self.p else self._memory_bound_terms()
             if mb.series:  # memory-bound and this class's own decode pricing: one loop
                 run = mb.runs.get(num_seqs) or self._memory_bound_run(num_seqs)
