@@ -1,4 +1,4 @@
-"""The roofline's shortcuts price exactly as its general path: decode runs in one comprehension,
+"""The roofline's shortcuts price exactly as its general path: decode runs in one loop,
 the step aggregates of common batch shapes, the dense part cached by tokens and by sequences,
 memoised prefill attention. Every comparison is exact (==), on models with plain, sliding-window
 and MLA attention, MoE, several dtypes and efficiency factors."""
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sim.catalog import get_hardware, get_model
 from sim.cost import roofline
 from sim.cost.profiled import ProfiledCostModel, Table, table_key
-from sim.cost.roofline import VECTOR_STEPS, RooflineCostModel, RooflineParams
+from sim.cost.roofline import LOOP_STEPS, VECTOR_STEPS, RooflineCostModel, RooflineParams
 from sim.types import BatchShape
 
 CASES = {
@@ -38,7 +38,7 @@ def build(case: str) -> RooflineCostModel:
     return RooflineCostModel(get_model(model), get_hardware(hw), **kw)
 
 
-def test_the_comprehension_is_taken_where_decode_is_memory_bound():
+def test_the_short_run_loop_is_taken_where_decode_is_memory_bound():
     took = {c: build(c)._memory_bound_terms()[1] for c in CASES}
     assert took == {"8b": True, "70b-tp4-pp2": True, "8b-fp8": True, "8b-a100": True, "8b-fp4-kv": False,
                     "8b-floor": True, "8b-compute-bound": False, "8b-ridge-flops": False, "8b-ridge-bytes": True,
@@ -47,13 +47,13 @@ def test_the_comprehension_is_taken_where_decode_is_memory_bound():
 
 @SETTINGS
 @given(case=cases, contexts=st.lists(st.integers(0, 60_000), min_size=1, max_size=64),
-       steps=st.integers(0, VECTOR_STEPS + 8))
+       steps=st.one_of(st.integers(0, VECTOR_STEPS + 8), st.integers(LOOP_STEPS - 8, LOOP_STEPS + 8)))
 def test_decode_totals_are_each_steps_total(case, contexts, steps):
     cm = build(case)
     n, kv, longest = len(contexts), sum(contexts) + len(contexts), max(contexts) + 1
     want = [cm.decode_step(n, kv + j * n, longest + j).total for j in range(steps)]
     got = cm.decode_totals(n, kv, longest, steps)
-    assert isinstance(got, list) == (steps < VECTOR_STEPS)
+    assert isinstance(got, list) == (steps < (LOOP_STEPS if cm._memory_bound_terms().series else VECTOR_STEPS))
     assert [float(x) for x in got] == want
     assert [float(x) for x in cm.decode_series(n, kv, longest, steps)["total"]] == want
     assert [cm.decode_total(n, kv + j * n, longest + j) for j in range(steps)] == want
@@ -160,3 +160,26 @@ def test_memoised_prefill_attention_is_the_priced_one(monkeypatch, entries):
             window = int(rng.choice([0, W]))
             assert cm.attn_prefill(chunks, window) == cm._attn_prefill(chunks, window)
             assert len(cm._prefill_memo) <= entries
+
+
+@pytest.mark.parametrize("entries", [1, 3, 1 << 16])
+def test_memoised_fixed_part_of_a_step_prices_as_a_fresh_model(monkeypatch, entries):
+    """One model pricing many steps (their fixed parts memoised, the memo emptied when full)
+    returns what a fresh model returns for each step alone; subclasses that price prefill
+    attention otherwise (profiled tables: out-of-range counts) keep no memo."""
+    monkeypatch.setattr(roofline, "STEP_MEMO_ENTRIES", entries)
+    assert profiled()._step_memo is None
+    rng = np.random.default_rng(1)
+    for case in ("8b", "70b-tp4-pp2", "window", "mla", "moe", "8b-compute-bound"):
+        cm = build(case)
+        assert cm._step_memo is not None
+        for _ in range(150):
+            n = int(rng.integers(1, 6))
+            q = int(rng.choice([2, 7, 300]))  # few chunk sizes: steps repeat
+            contexts = [int(x) for x in rng.integers(0, 3, size=n)]
+            tokens = (q,) + (1,) * (n - 1)
+            shape = BatchShape(tokens, tuple(contexts), int(rng.integers(0, 2)), 0)
+            o = cm._oor
+            assert cm.step_time(shape) == build(case).step_time(shape)
+            assert cm._oor == o
+            assert len(cm._step_memo) <= entries

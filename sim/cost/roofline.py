@@ -99,10 +99,19 @@ class RooflineParams:
 
 
 VECTOR_STEPS = 48
-"""``decode_totals`` of at least this many steps are computed with numpy arrays."""
+"""``decode_totals`` of at least this many steps are computed with numpy arrays (but see ``LOOP_STEPS``)."""
+
+LOOP_STEPS = 128
+"""``decode_totals`` of fewer steps are computed by a plain loop where decode is memory-bound
+(``_memory_bound_terms``): about 0.1 us a step there, below numpy's fixed cost up to about here."""
 
 PREFILL_MEMO_ENTRIES = 1 << 16
 """Most single-chunk prefill-attention prices a roofline model memoises (about 10 MB at this size)."""
+
+
+STEP_MEMO_ENTRIES = 1 << 16
+"""Most fixed parts of one-chunk steps (``RooflineCostModel._fixed_part``) a roofline model
+memoises (about 23 MB at this size; a million requests of the benchmark workload hold ~45,000)."""
 
 
 class _MemoryBound(NamedTuple):
@@ -110,7 +119,7 @@ class _MemoryBound(NamedTuple):
 
     p: object  # the parameters these were computed for
     ok: bool  # memory-bound (see ``_memory_bound_terms``)
-    runs: dict  # the comprehension's constants by batch size (``_memory_bound_run``)
+    runs: dict  # the short-run loop's constants by batch size (``_memory_bound_run``)
     K: int  # KV bytes per cached token of one layer
     QB: int  # query and output bytes per sequence of one layer
     db: float  # effective memory bandwidth
@@ -173,6 +182,10 @@ class RooflineCostModel:
         self._prefill_memo: dict = {}
         self._oor = 0
         self._mb: _MemoryBound | None = None  # decode_totals' constants (_memory_bound_terms)
+        own = (type(self).attn_prefill is RooflineCostModel.attn_prefill
+               and type(self).attn_prefill_window is RooflineCostModel.attn_prefill_window
+               and type(self)._dense_part is RooflineCostModel._dense_part)
+        self._step_memo: dict | None = {} if own else None  # _price's fixed parts of one-chunk steps (None: off)
 
     # ------------------------------------------------------------------ operators
     def _roof(self, flops: float, nbytes: float, eff: float, peak: float | None = None) -> float:
@@ -442,23 +455,30 @@ class RooflineCostModel:
         """The ``total`` of ``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by
         num_seqs, longest by 1 each step), with the same floating-point operations (less some
         whose result cannot matter, see ``_memory_bound_terms``), so the values are identical: a
-        list for short runs, a numpy array for long ones; None for subclasses that price decode
-        attention otherwise. No side effects."""
-        if steps < VECTOR_STEPS:
+        list for short runs (under ``LOOP_STEPS`` where memory-bound, else ``VECTOR_STEPS``), a
+        numpy array for long ones; None for subclasses that price decode attention otherwise. No
+        side effects."""
+        if steps < LOOP_STEPS:
             mb = self._mb if self._mb is not None and self._mb.p is self.p else self._memory_bound_terms()
-            if mb.series:  # memory-bound and this class's own decode pricing: one comprehension
+            if mb.series:  # memory-bound and this class's own decode pricing: one loop
                 run = mb.runs.get(num_seqs) or self._memory_bound_run(num_seqs)
                 g0, comm, other, cpu, qb, step, K, db, full, floor = run
                 nb = kv_tokens * K + qb  # the first step's attention bytes (an int)
                 nbs = range(nb, nb + steps * step, step)
+                out = []  # (plain loops: in a comprehension these names would be closure cells, slower per step)
                 if nb / db >= floor:
-                    return [g0 + full * (x / db) + comm + other + cpu for x in nbs]
-                return [g0 + full * (r if (r := x / db) >= floor else floor) + comm + other + cpu for x in nbs]
+                    for x in nbs:
+                        out.append(g0 + full * (x / db) + comm + other + cpu)
+                else:
+                    for x in nbs:
+                        r = x / db
+                        out.append(g0 + full * (r if r >= floor else floor) + comm + other + cpu)
+                return out
         parts = self._decode_parts(num_seqs, kv_tokens, longest, steps)
         return None if parts is None else parts[-1]
 
     def _memory_bound_terms(self) -> _MemoryBound:
-        """The constants of ``decode_totals``' short-run comprehension and ``_price``'s decode
+        """The constants of ``decode_totals``' short-run loop and ``_price``'s decode
         attention (``_MemoryBound``), kept in ``_mb`` until ``p`` is replaced (the two class
         checks are asked once, not per step).
 
@@ -486,7 +506,7 @@ class RooflineCostModel:
         return self._mb
 
     def _memory_bound_run(self, n: int) -> tuple:
-        """The constants of ``decode_totals``' comprehension for ``n`` sequences (kept in ``_mb``)."""
+        """The constants of ``decode_totals``' short-run loop for ``n`` sequences (kept in ``_mb``)."""
         p, _, runs, K, QB, db, full, floor, _, _ = self._mb  # (a tuple: unpacked in field order)
         gemm, other, comm, _ = self._dense_part(n, n)
         cpu = p.cpu_step_s + p.cpu_per_seq_s * n
@@ -555,31 +575,54 @@ class RooflineCostModel:
                 "other_gpu": full(other), "cpu": full(cpu), "swap": full(0.0), "source": self.source}
 
     def _price(self, tokens: int, n: int, chunks, dec_n: int, dec_kv: int, dec_max: int, swapped: int) -> StepTime:
-        gemm, other, comm, oor = self._dense_part(tokens, n) if n else (0.0, 0.0, 0.0, 0)
+        """The StepTime of a step's aggregates (``step_time``'s, ``decode_step``'s). The fixed part
+        of a step with one prefill chunk (all but its decode attention and swap: the same values,
+        computed by ``_fixed_part`` once) is memoised by (tokens, sequences, chunk) where this class
+        prices prefill attention and the dense part itself (pure functions, counting nothing out of
+        range but what the dense part's count replays); a memo that reaches ``STEP_MEMO_ENTRIES``
+        starts again empty."""
+        if len(chunks) == 1 and self._step_memo is not None:  # the common mixed step
+            key = (tokens, n, chunks[0])
+            fixed = self._step_memo.get(key)
+            if fixed is None:
+                if len(self._step_memo) >= STEP_MEMO_ENTRIES:
+                    self._step_memo.clear()
+                fixed = self._step_memo[key] = self._fixed_part(tokens, n, chunks)
+            gemm, ap, comm, other, cpu, oor = fixed
+        else:
+            gemm, ap, comm, other, cpu, oor = self._fixed_part(tokens, n, chunks)
         # attention runs in every layer of every stage; sliding-window layers see at most W keys
-        full, win, W = self.layers_full, self.layers_window, self.shapes.window
-        ap = full * self.attn_prefill(chunks) if chunks else 0.0
         ad = 0.0
         if dec_n:
+            full = self.layers_full
             mb = self._mb if self._mb is not None and self._mb.p is self.p else self._memory_bound_terms()
             if mb.inline:  # memory-bound, this class's attn_decode: its value, inlined
                 K, QB, db, floor = mb.K, mb.QB, mb.db, mb.floor
                 ad = full * (r if (r := (dec_kv * K + dec_n * QB) / db) >= floor else floor)
             else:
                 ad = full * self.attn_decode(dec_n, dec_kv, dec_max)
-        if win:
-            if chunks:
-                ap += win * self.attn_prefill_window(chunks)
-            if dec_n:
-                ad = ad + win * self.attn_decode(dec_n, min(dec_kv, dec_n * W), min(dec_max, W))
+            if self.layers_window:
+                W = self.shapes.window
+                ad = ad + self.layers_window * self.attn_decode(dec_n, min(dec_kv, dec_n * W), min(dec_max, W))
         self._oor += oor
-        cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n if n else 0.0
         swap = 0.0
         if swapped:
             block_bytes = self.block_size * kv_bytes_per_token_per_gpu(self.model, self.tp, self.pp, self.kv_dtype)
             swap = swapped * block_bytes / self.hw.host_bw
         total = gemm + ap + ad + comm + other + cpu + swap
         return StepTime(total, gemm, ap, ad, comm, other, cpu, swap, self.source, oor)
+
+    def _fixed_part(self, tokens: int, n: int, chunks) -> tuple[float, float, float, float, float, int]:
+        """(gemm, attn_prefill, comm, other_gpu, cpu, out-of-range queries of the dense part) of a
+        step: all of ``_price`` but the decode attention and the swap."""
+        gemm, other, comm, oor = self._dense_part(tokens, n) if n else (0.0, 0.0, 0.0, 0)
+        ap = 0.0
+        if chunks:
+            ap = self.layers_full * self.attn_prefill(chunks)
+            if self.layers_window:
+                ap += self.layers_window * self.attn_prefill_window(chunks)
+        cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n if n else 0.0
+        return gemm, ap, comm, other, cpu, oor
 
     def out_of_range_total(self) -> int:
         return self._oor
