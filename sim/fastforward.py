@@ -36,6 +36,7 @@ class DecodeRun:
     freed: list = field(default_factory=list)
     """(step, blocks): blocks returned at the end of that step by requests that finished in it,
     where the run went on past them (``decode_run``'s ``through_finishes``)."""
+    grown_blocks: int | None = None  # the blocks in ``grown`` (None: counted when asked)
 
     def used_at(self, k: int) -> int:
         """KV blocks in use at the end of step ``k``, as a step row records them: after the
@@ -69,7 +70,10 @@ class DecodeRun:
     def most_used(self) -> int:
         """A bound on ``used``: what was in use at the run's start and every block it allocated
         (cheap: a run's peak is computed only when it may matter)."""
-        return self.start_used + sum(blocks for _, blocks in self.grown)
+        grown = self.grown_blocks
+        if grown is None:
+            grown = sum(blocks for _, blocks in self.grown)
+        return self.start_used + grown
 
     def peak_used(self, used_end: int) -> int:
         """``max(used)`` with the last step's value replaced by ``used_end`` (what the pool held
@@ -129,25 +133,21 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     ``columns``): the run goes on past finishes with the requests left, whose blocks the
     finishers give back at the end of their last step (``_through``)."""
     n = len(reqs)
-    # one pass over the batch: the steps until the first finish, the KV tokens, the longest
-    # context, and the step at which each request needs its next block (its table overflows)
+    # one pass over the batch: each request's steps to its last token, its computed tokens, and
+    # the step at which it needs its next block (its blocks overflow)
     bs, held = kv.block_size, kv.held
-    horizon = kv_tokens = longest = 0
-    due = []
+    left, computed, due = [], [], []
     for r in reqs:
         c = r.num_computed
-        h = r.output_tokens - r.num_generated
-        if h < horizon or not due:
-            horizon = h
-        kv_tokens += c
-        if c > longest:
-            longest = c
+        left.append(r.output_tokens - r.num_generated)
+        computed.append(c)
         due.append(held[r.id] * bs - c)
-    kv_tokens += n
-    longest += 1
+    horizon = min(left)  # the steps until the first finish
+    kv_tokens = sum(computed) + n
+    longest = max(computed) + 1
     grower = BlockGrower(kv, reqs, due)
     if through_finishes and not columns:
-        run = _through(reqs, kv, cost, grower, kv_tokens, longest, start, arrival, price_hint)
+        run = _through(reqs, kv, cost, grower, left, computed, start, arrival, price_hint)
         if run is not None:
             return run
     times = _clock(cost, n, kv_tokens, longest, horizon, start, arrival, price_hint)
@@ -170,7 +170,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     return grower.run(times, cols, cost.source, k_end)
 
 
-def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", kv_tokens: int, longest: int,
+def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", left: list[int], computed: list[int],
              start: float, arrival: float, price_hint: float | None) -> DecodeRun | None:
     """``decode_run`` past finishes: the batch is priced finish after finish (the requests left
     as a batch of their own) up to the first step that would start at or after ``arrival`` or
@@ -182,12 +182,10 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", kv
     side-effect-free series."""
     n = size = len(reqs)  # the batch's size now, and at the start
     bs, due = kv.block_size, grower.due
-    left = [r.output_tokens - r.num_generated for r in reqs]  # each request's steps to its last token
-    computed = [r.num_computed for r in reqs]
     order = sorted(range(n), key=left.__getitem__)  # finish order
     contexts = sorted(computed)  # of the requests still in the batch (the longest is the last)
     times, k0, j, hint, priced = [start], 0, 0, price_hint, []
-    base = kv_tokens - n  # the batch's computed tokens at the run's start
+    base = sum(computed)  # the batch's computed tokens at the run's start
     while True:
         nxt = left[order[j]]  # the next finish
         kv_k0, longest = base + n * (k0 + 1), contexts[-1] + k0 + 1
@@ -211,12 +209,12 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", kv
         hint = times[-1] - times[-2]
     steps = len(times) - 1
     pairs, grown, total = [], [], 0  # blocks per request for its steps in the run
-    for i, r in enumerate(reqs):
-        last = left[i] if left[i] < steps else steps
-        d = due[i]
+    for i, (last, d) in enumerate(zip(left, due)):
+        if last > steps:
+            last = steps
         if d < last:
             c = (last - 1 - d) // bs + 1
-            pairs.append((r.id, c))
+            pairs.append((reqs[i].id, c))
             grown.append((i, d, c))
             total += c
     if not kv.can_allocate(total):  # the pool could refuse a block at some step
@@ -228,6 +226,7 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", kv
     for i, d, c in grown:
         grower.grown.append((d, c))
         due[i] = d + c * bs
+    grower.blocks += total
     freed = grower.freed
     for i in order:
         k = left[i]
@@ -335,7 +334,7 @@ class BlockGrower:
     in running order, and remembers when (``grown``: one entry per request and go, the first
     step it got a block at and how many it got, one every ``block_size`` steps)."""
 
-    __slots__ = ("kv", "reqs", "due", "start_used", "grown", "freed")
+    __slots__ = ("kv", "reqs", "due", "start_used", "grown", "freed", "blocks")
 
     def __init__(self, kv: KVManager, reqs: list[Request], due: list[int]):
         self.kv, self.reqs = kv, reqs
@@ -343,6 +342,7 @@ class BlockGrower:
         self.start_used = kv.num_used
         self.grown: list[tuple[int, int]] = []
         self.freed: list[tuple[int, int]] = []  # (step, blocks) given back by finishers (``_through``)
+        self.blocks = 0  # blocks allocated so far
 
     def grow_until(self, k_end: int) -> int:
         """Allocate for the steps before ``k_end``; returns the first step the pool cannot give
@@ -366,6 +366,7 @@ class BlockGrower:
                         pairs.append((reqs[i].id, c))
                         grown.append((d, c))
                         due[i] = d + c * bs
+                        self.blocks += c
                 kv.add_blocks(pairs)
                 return k_end
         # block by block in allocation order, as the scheduler would (by step, then running
@@ -398,17 +399,18 @@ class BlockGrower:
                     raise RuntimeError(f"KV manager refused a block it said it had (request {r.id})")
                 due[i] = k + bs
                 grown.append((k, 1))
+                self.blocks += 1
             j = e
         return k_end
 
     def run(self, times: list, columns: dict | None, source: str, steps: int) -> DecodeRun:
         """The run of ``steps`` steps at ``times``, with the blocks this grower allocated."""
         return DecodeRun(self.reqs, times, columns, self.start_used, self.grown, self.kv.block_size, source, steps,
-                         self.freed)
+                         self.freed, self.blocks)
 
 
 def run_prefix(run: DecodeRun, k: int) -> DecodeRun:
     """The first ``k`` steps of ``run`` (the steps a crash let finish)."""
     cols = None if run.columns is None else {c: v[:k] for c, v in run.columns.items()}
     return DecodeRun(run.reqs, run.times[: k + 1], cols, run.start_used, run.grown, run.block_size, run.source, k,
-                     run.freed)
+                     run.freed, run.grown_blocks)

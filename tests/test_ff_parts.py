@@ -65,7 +65,7 @@ def test_block_grower_matches_step_by_step(n, bs, data):
     assert stops == want_stops
     assert [kv.held[r.id] for r in reqs] == list(map(len, got))
     assert grower.due == want_due
-    assert kv.num_used == held + sum(map(len, got))
+    assert kv.num_used == held + sum(map(len, got)) and grower.blocks == sum(map(len, got))
     steps = max(stops[-1], 0)  # the blocks in use after each step's allocations, as the run reports them
     want_used = [held + max((u for k, u in want_changes if k <= j), default=0) for j in range(steps)]
     assert grower.run([0.0] * (steps + 1), None, "test", steps).used == want_used
