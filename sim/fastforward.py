@@ -181,7 +181,7 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
     the run then stops at the first finish and grows step by step) or the cost model has no
     side-effect-free series."""
     n = size = len(reqs)  # the batch's size now, and at the start
-    bs, due = kv.block_size, grower.due
+    bs, due = kv.block_size, grower.due  # (due: as the run starts)
     order = sorted(range(n), key=left.__getitem__)  # finish order
     contexts = sorted(computed)  # of the requests still in the batch (the longest is the last)
     times, k0, j, hint, priced = [start], 0, 0, price_hint, []
@@ -209,13 +209,13 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
         hint = times[-1] - times[-2]
     steps = len(times) - 1
     pairs, grown, total = [], [], 0  # blocks per request for its steps in the run
-    for i, (last, d) in enumerate(zip(left, due)):
+    for r, last, d in zip(reqs, left, due):
         if last > steps:
             last = steps
         if d < last:
             c = (last - 1 - d) // bs + 1
-            pairs.append((reqs[i].id, c))
-            grown.append((i, d, c))
+            pairs.append((r.id, c))
+            grown.append((d, c))
             total += c
     if not kv.can_allocate(total):  # the pool could refuse a block at some step
         return None
@@ -223,9 +223,7 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
         for args in priced:
             cost.count_decode_run(*args)
     kv.add_blocks(pairs)
-    for i, d, c in grown:
-        grower.grown.append((d, c))
-        due[i] = d + c * bs
+    grower.grown += grown  # (its ``due`` is not read again: the run is made)
     grower.blocks += total
     freed = grower.freed
     for i in order:
