@@ -182,13 +182,14 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
     side-effect-free series."""
     n = size = len(reqs)  # the batch's size now, and at the start
     bs, due = kv.block_size, grower.due  # (due: as the run starts)
-    order = sorted(range(n), key=left.__getitem__)  # finish order
-    contexts = sorted(computed)  # of the requests still in the batch (the longest is the last)
-    times, k0, j, hint, priced = [start], 0, 0, price_hint, []
-    base = sum(computed)  # the batch's computed tokens at the run's start
+    times, k0, hint, priced = [start], 0, price_hint, []
+    base, top, nxt = sum(computed), max(computed), min(left)  # computed tokens, the longest, the next finish
+    # made at the first finish: (steps left, computed, index) in finish order, and the computed
+    # tokens of the requests still in the batch, sorted; j counts the requests that finished
+    finishes = contexts = None
+    j = 0
     while True:
-        nxt = left[order[j]]  # the next finish
-        kv_k0, longest = base + n * (k0 + 1), contexts[-1] + k0 + 1
+        kv_k0, longest = base + n * (k0 + 1), top + k0 + 1
         more = _clock(cost, n, kv_k0, longest, nxt - k0, times[-1], arrival, hint)
         if more is None:
             return None
@@ -198,14 +199,17 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
         if kept < nxt - k0:  # the arrival cut it
             break
         k0 = nxt
-        while j < size and left[order[j]] == nxt:  # the finishers leave the batch
-            c = computed[order[j]]
+        if finishes is None:
+            finishes, contexts = sorted(zip(left, computed, range(size))), sorted(computed)
+        while j < size and finishes[j][0] == k0:  # the finishers leave the batch
+            c = finishes[j][1]
             base -= c
             del contexts[bisect_left(contexts, c)]
             n -= 1
             j += 1
         if not n or times[-1] >= arrival:
             break
+        nxt, top = finishes[j][0], contexts[-1]
         hint = times[-1] - times[-2]
     steps = len(times) - 1
     pairs, grown, total = [], [], 0  # blocks per request for its steps in the run
@@ -226,8 +230,7 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
     grower.grown += grown  # (its ``due`` is not read again: the run is made)
     grower.blocks += total
     freed = grower.freed
-    for i in order:
-        k = left[i]
+    for k, _, i in finishes or ():
         if k >= steps:
             break
         blocks = kv.free(reqs[i].id)
