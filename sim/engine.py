@@ -263,7 +263,7 @@ class Engine:
                 self._leave(rep, r)
             elif rep.role == "prefill":
                 seconds = self.disagg.hand_off(rep, r)
-                if self.faults:  # a degraded link moves the KV at 1/factor of the bandwidth
+                if self.faults.active:  # a degraded link moves the KV at 1/factor of the bandwidth
                     seconds *= self.faults.factors(rep.idx, now)[1]
                 self.env.process(self._transfer(r, seconds))
         self.steps.add(rep.idx, start, st, len(shape.new_tokens), prefill, decode, len(plan.preempted),
@@ -277,7 +277,7 @@ class Engine:
         only a batch that no plan has allocated for, which the loop then plans)."""
         arrival = self.next_arrival_for(rep)
         cost = rep.cost
-        if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
+        if self.faults.active:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
             arrival = min(arrival, self.faults.next_change(rep.idx, start))
             cost = self._cost(rep, start)
         # past finishes too, where nothing else happens at one: no step rows, blocks counted
@@ -345,7 +345,7 @@ class Engine:
     def _cost(self, rep: Replica, start: float):
         """The cost model for a step of ``rep`` starting at ``start``: slowed by the faults
         active then (the cost model still sees only the BatchShape)."""
-        if not self.faults:
+        if not self.faults.active:
             return rep.cost
         compute, link = self.faults.factors(rep.idx, start)
         return rep.cost if compute == 1.0 and link == 1.0 else ScaledCost(rep.cost, compute, link)

@@ -155,19 +155,21 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
         if m > r.max_itl_s:
             r.max_itl_s = m
         r.num_computed += k
-        g = r.num_generated = r.num_generated + k
-        r.last_token_s = times[k]
-        if g >= r.output_tokens:
+        r.num_generated += k
+        r.last_token_s = end = times[k]
+        if k < steps or r.num_generated >= r.output_tokens:  # its last token
             r.status = _FINISHED
-            r.finish_s = times[k]
+            r.finish_s = end
             if k == steps:
                 done.append(r)
+    if early:
+        early.sort(key=_first)  # finish order (ties in ``reqs`` order)
     if itl is not None:
         if others < len(reqs):
             itl.add(step_gap, len(reqs) - others)
         if gaps:  # each later step's gap, for the requests that took part in it
             alive, j = len(reqs), 1
-            for k, _ in sorted(early, key=_first):
+            for k, _ in early:
                 if k > j:
                     itl.extend(gaps[j - 1:k - 1], alive)
                     j = k
@@ -175,7 +177,7 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
             if j <= len(gaps):
                 itl.extend(gaps[j - 1:] if j > 1 else gaps, alive)
     if early:
-        done[:0] = [r for _, r in sorted(early, key=_first)]
+        done[:0] = [r for _, r in early]
     return done
 
 
