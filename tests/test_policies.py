@@ -131,10 +131,10 @@ def test_a_victim_already_scheduled_this_step_gives_its_tokens_back_to_the_budge
     step(s)  # low runs first: 2 blocks
     s.add(high)
     step(s), step(s)  # high takes the other 2; both still fit
-    assert s.kv.tables == {0: [0, 1], 1: [2, 3]} and (low.num_tokens, high.num_tokens) == (8, 9)
+    assert s.kv.held == {0: 2, 1: 2} and (low.num_tokens, high.num_tokens) == (8, 9)
     plan = StepPlan()
     left = s.schedule_running(plan, 10)  # low gets its token, then high needs a third block: low is the victim
-    assert plan.preempted == [0] and plan.num_new_tokens == {1: 1} and s.kv.tables == {1: [2, 3, 0]}
+    assert plan.preempted == [0] and plan.num_new_tokens == {1: 1} and s.kv.held == {1: 3} and s.kv.num_used == 3
     assert left == 9  # 10 - low's 1 + low's 1 back - high's 1
     assert list(s.waiting) == [low] and low.num_computed == 7  # the engine resets progress on commit
 
