@@ -5,8 +5,10 @@ it, and the policy vouches it would plan the same again (``Scheduler.steady``), 
 follow are identical up to the first of: a request finishes, a request arrives at this replica,
 a block the pool cannot give. ``decode_run`` prices that run exactly as single steps would be
 priced, allocating blocks in the order the scheduler would; the engine waits once for the run's
-end and applies it with ``lifecycle.complete_run``. Results are identical to stepping one step at
-a time (tests/test_fast_forward.py).
+end and applies it with ``lifecycle.complete_run``. Where nothing else can happen at a finish
+(``decode_run``'s ``through_finishes``), the run goes on past finishes with the requests left
+(``_through``). Results are identical to stepping one step at a time
+(tests/test_fast_forward.py, tests/test_through_finishes.py).
 """
 from __future__ import annotations
 
