@@ -33,7 +33,7 @@ from sim.metrics.records import ParquetSink
 from sim.metrics.steplog import ItlLog, ItlSketch, StepLog
 from sim.request import Request
 from sim.scheduler import REGISTRY
-from sim.types import BatchShape
+from sim.types import BatchShape, default_output_limit
 from sim.workload import build_workload
 from sim.workload.closed_loop import Clients
 
@@ -163,6 +163,9 @@ class Engine:
         # arrival (``_wait``): nothing reaches it or reads it before then
         self.runs_ahead = (self.fast_forward and not self.dynamic and not self.faults and self.clients is None
                            and self.disagg is None)
+        # such a replica's decode runs go on past finishes too when no step rows are kept (and its
+        # policy vouches for it: ``_run``)
+        self.through_finishes = self.runs_ahead and not self.steps.keep_rows
 
     def _new_replica(self, i: int, lives: int = 0) -> Replica:
         """Replica ``i`` with an empty KV pool and a fresh scheduler (its ``lives``-th start)."""
@@ -182,7 +185,7 @@ class Engine:
         order = self.admitted
         self.admitted += 1
         if spec.max_output_tokens is None:
-            spec = spec.with_output_limit(max(1, ctx - spec.prompt_tokens))
+            spec = spec.with_output_limit(default_output_limit(spec.prompt_tokens, ctx))
         too_long = spec.prompt_tokens + spec.output_tokens > ctx
         rep = None if too_long else self._route(spec) if turn is None else self.entry_pool[turn]
         if (too_long and self.shard[0]) or (rep is not None and rep.idx not in self.own):
@@ -263,7 +266,7 @@ class Engine:
                 self._leave(rep, r)
             elif rep.role == "prefill":
                 seconds = self.disagg.hand_off(rep, r)
-                if self.faults.active:  # a degraded link moves the KV at 1/factor of the bandwidth
+                if self.faults:  # a degraded link moves the KV at 1/factor of the bandwidth
                     seconds *= self.faults.factors(rep.idx, now)[1]
                 self.env.process(self._transfer(r, seconds))
         self.steps.add(rep.idx, start, st, len(shape.new_tokens), prefill, decode, len(plan.preempted),
@@ -277,13 +280,10 @@ class Engine:
         only a batch that no plan has allocated for, which the loop then plans)."""
         arrival = self.next_arrival_for(rep)
         cost = rep.cost
-        if self.faults.active:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
+        if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
             arrival = min(arrival, self.faults.next_change(rep.idx, start))
             cost = self._cost(rep, start)
-        # past finishes too, where nothing else happens at one: no step rows, blocks counted
-        # (a free is a count), and the policy would decode the rest of the batch
-        through = (self.runs_ahead and not self.steps.keep_rows and rep.kv.bulk_growth
-                   and rep.scheduler.decodes_through_finishes())
+        through = self.through_finishes and rep.scheduler.decodes_through_finishes()
         run = decode_run(reqs, rep.kv, cost, start, arrival, self.steps.keep_rows, rep.step_s, through)
         if not run.steps:
             return None
@@ -345,7 +345,7 @@ class Engine:
     def _cost(self, rep: Replica, start: float):
         """The cost model for a step of ``rep`` starting at ``start``: slowed by the faults
         active then (the cost model still sees only the BatchShape)."""
-        if not self.faults.active:
+        if not self.faults:
             return rep.cost
         compute, link = self.faults.factors(rep.idx, start)
         return rep.cost if compute == 1.0 and link == 1.0 else ScaledCost(rep.cost, compute, link)

@@ -131,9 +131,10 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     (it changes how many steps are priced at once, never a value).
 
     ``through_finishes`` (the caller vouches that the policy would go on decoding the rest of
-    the batch when some requests finish, and that nothing else happens at a finish; not with
-    ``columns``): the run goes on past finishes with the requests left, whose blocks the
-    finishers give back at the end of their last step (``_through``)."""
+    the batch when some requests finish, and that nothing else happens at a finish): without
+    ``columns`` and with counted blocks (``kv.bulk_growth``), the run goes on past finishes with
+    the requests left, whose blocks the finishers give back at the end of their last step
+    (``_through``)."""
     n = len(reqs)
     # one pass over the batch: each request's steps to its last token, its computed tokens, and
     # the step at which it needs its next block (its blocks overflow)
@@ -148,7 +149,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     kv_tokens = sum(computed) + n
     longest = max(computed) + 1
     grower = BlockGrower(kv, reqs, due)
-    if through_finishes and not columns:
+    if through_finishes and not columns and kv.bulk_growth:  # (a counted free has no side effect)
         run = _through(reqs, kv, cost, grower, left, computed, start, arrival, price_hint)
         if run is not None:
             return run
@@ -183,7 +184,6 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
     the run then stops at the first finish and grows step by step) or the cost model has no
     side-effect-free series."""
     n = size = len(reqs)  # the batch's size now, and at the start
-    bs, due = kv.block_size, grower.due  # (due: as the run starts)
     times, k0, hint, priced = [start], 0, price_hint, []
     base, top, nxt = sum(computed), max(computed), min(left)  # computed tokens, the longest, the next finish
     # made at the first finish: (steps left, computed, index) in finish order, and the computed
@@ -214,23 +214,12 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
         nxt, top = finishes[j][0], contexts[-1]
         hint = times[-1] - times[-2]
     steps = len(times) - 1
-    pairs, grown, total = [], [], 0  # blocks per request for its steps in the run
-    for r, last, d in zip(reqs, left, due):
-        if last > steps:
-            last = steps
-        if d < last:
-            c = (last - 1 - d) // bs + 1
-            pairs.append((r.id, c))
-            grown.append((d, c))
-            total += c
-    if not kv.can_allocate(total):  # the pool could refuse a block at some step
+    # each request's blocks for its steps in the run, unless the pool could refuse one at some step
+    if not grower.grow_each([last if last < steps else steps for last in left]):
         return None
     if hasattr(cost, "count_decode_run"):
         for args in priced:
             cost.count_decode_run(*args)
-    kv.add_blocks(pairs)
-    grower.grown += grown  # (its ``due`` is not read again: the run is made)
-    grower.blocks += total
     freed = grower.freed
     for k, _, i in finishes or ():
         if k >= steps:
@@ -356,22 +345,8 @@ class BlockGrower:
             return k_end
         kv = self.kv
         bs = kv.block_size
-        if kv.bulk_growth:  # blocks are counted: grow every request at once if the pool has them all
-            # (a bound first, every request crossing as often as the earliest: it almost always fits)
-            fits = kv.can_allocate(len(due) * ((k_end - 1 - first) // bs + 1))
-            if not fits:
-                fits = kv.can_allocate(sum((k_end - 1 - d) // bs + 1 for d in due if d < k_end))
-            if fits:  # no step can be refused
-                pairs, grown, reqs = [], self.grown, self.reqs
-                for i, d in enumerate(due):
-                    if d < k_end:
-                        c = (k_end - 1 - d) // bs + 1  # the blocks it needs before k_end, one every bs steps
-                        pairs.append((reqs[i].id, c))
-                        grown.append((d, c))
-                        due[i] = d + c * bs
-                        self.blocks += c
-                kv.add_blocks(pairs)
-                return k_end
+        if kv.bulk_growth and self.grow_each([k_end] * len(due)):
+            return k_end
         # block by block in allocation order, as the scheduler would (by step, then running
         # order): the pool may run out at some step, and a prefix cache may evict. Every block
         # needed before k_end as one integer, step << s | request index, so that sorting them
@@ -405,6 +380,28 @@ class BlockGrower:
                 self.blocks += 1
             j = e
         return k_end
+
+    def grow_each(self, ends: list[int]) -> bool:
+        """Counted blocks (``kv.bulk_growth``): request i gets the blocks of its steps before
+        ``ends[i]`` (one every ``block_size`` steps from its due step) at once, when the pool
+        holds them all (then no step could be refused, whatever the order); False, and nothing
+        changed, when it does not."""
+        bs, due = self.kv.block_size, self.due
+        pairs, grows, total = [], [], 0  # (request id, blocks); (request index, due step, blocks)
+        for i, (r, end, d) in enumerate(zip(self.reqs, ends, due)):
+            if d < end:
+                c = (end - 1 - d) // bs + 1
+                pairs.append((r.id, c))
+                grows.append((i, d, c))
+                total += c
+        if not self.kv.can_allocate(total):
+            return False
+        self.kv.add_blocks(pairs)
+        self.blocks += total
+        for i, d, c in grows:
+            self.grown.append((d, c))
+            due[i] = d + c * bs
+        return True
 
     def run(self, times: list, columns: dict | None, source: str, steps: int) -> DecodeRun:
         """The run of ``steps`` steps at ``times``, with the blocks this grower allocated."""

@@ -22,7 +22,7 @@ The rules:
 """
 from __future__ import annotations
 
-from operator import sub
+from operator import itemgetter, sub
 
 from sim.request import Request, Status
 
@@ -163,7 +163,7 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
             if k == steps:
                 done.append(r)
     if early:
-        early.sort(key=_first)  # finish order (ties in ``reqs`` order)
+        early.sort(key=itemgetter(0))  # finish order (ties in ``reqs`` order)
     if itl is not None:
         if others < len(reqs):
             itl.add(step_gap, len(reqs) - others)
@@ -179,10 +179,6 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
     if early:
         done[:0] = [r for _, r in early]
     return done
-
-
-def _first(pair: tuple) -> int:
-    return pair[0]
 
 
 def lose(r: Request, reason: str) -> None:

@@ -72,6 +72,12 @@ class RequestSpec:
                            self.hash_block_tokens, self.session_id, self.priority, self.slo_class, self.tenant)
 
 
+def default_output_limit(prompt_tokens: int, max_context: int) -> int:
+    """The output limit of a request that names none: the model's context minus its prompt, at
+    least 1 (set by the synthetic workload as it draws requests, else by the engine on arrival)."""
+    return max(1, max_context - prompt_tokens)
+
+
 @dataclass(slots=True, init=False)
 class StepPlan:
     """One scheduling decision: ``{request_id: num_new_tokens}`` plus memory movements.

@@ -61,10 +61,9 @@ class FaultSchedule:
         self._edges: dict = {}  # replica -> sorted start / end times of the windows that hit it
         # crashes re-queue and restarts un-park requests: they end decode runs, as arrivals do
         self._changes = sorted({t for c in self.crashes for t in (c.at_s, c.restart_s)})
-        self.active = bool(self.crashes or self.windows)  # any fault at all (read on every step)
 
     def __bool__(self) -> bool:
-        return self.active
+        return bool(self.crashes or self.windows)
 
     def factors(self, replica: int, t: float) -> tuple[float, float]:
         """(compute factor, link factor) for a step of ``replica`` starting at ``t``; overlapping

@@ -79,8 +79,8 @@ class KVManager:
                  cached_tokens: int = 0) -> bool:
         """Grow ``req_id``'s blocks to cover ``total_tokens``; False (and no change) if it can't.
         ``spec`` and ``cached_tokens`` (a ``prefix_hit`` answer) matter only with prefix caching."""
-        n = -(-total_tokens // self.block_size) - self.held.get(req_id, 0)  # extra_blocks, inlined
-        if n <= 0:
+        n = self.extra_blocks(req_id, total_tokens)
+        if n == 0:
             self.held.setdefault(req_id, 0)
             return True
         if not self.can_allocate(n, admit=admit):

@@ -17,7 +17,7 @@ from itertools import repeat
 
 import numpy as np
 
-from sim.types import RequestSpec
+from sim.types import RequestSpec, default_output_limit
 from sim.workload.arrivals import CHUNK, Draws, arrival_times, in_time_order, interarrivals
 from sim.workload.config import MAX_TOKENS, LengthDist, WorkloadConfig
 from sim.workload.prefix import HASH_BLOCK_TOKENS, HashChain, own_key, shared_key
@@ -163,7 +163,7 @@ def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dic
             break
         clipped["prompt"] += p_clip
         clipped["output"] += o_clip
-        limit = None if max_context is None else max(1, max_context - p)
+        limit = None if max_context is None else default_output_limit(p, max_context)
         yield RequestSpec(id=n, arrival_s=t - t0, prompt_tokens=p, output_tokens=o, max_output_tokens=limit,
                           block_hashes=hashes, hash_block_tokens=hb, session_id=sid, priority=prio, slo_class=slo,
                           tenant=tenant)
@@ -196,6 +196,7 @@ def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: di
         k = CHUNK if left is None else min(CHUNK, left)
         if cfg.duration_s is not None:
             k = min(k, int(np.searchsorted(arrival, cfg.duration_s, side="right")))  # arrivals never decrease
+        # default_output_limit, a chunk at once
         limits = repeat(None) if max_context is None else np.maximum(max_context - p[:k], 1).tolist()
         for a, pt, ot, limit, pc, oc in zip(arrival[:k].tolist(), p[:k].tolist(), o[:k].tolist(), limits,
                                             p_clip[:k].tolist(), o_clip[:k].tolist()):
