@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from itertools import islice
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +37,11 @@ from sim.scheduler import REGISTRY
 from sim.types import BatchShape, default_output_limit
 from sim.workload import build_workload
 from sim.workload.closed_loop import Clients
+
+APART_CHUNK = 4096
+"""Arrivals ``Engine._apart`` reads at a time (then every replica's loop goes as far as they let
+it): a bound on the requests held ahead of the replicas' clocks."""
+_INF = float("inf")
 
 
 @dataclass
@@ -166,6 +172,12 @@ class Engine:
         # such a replica's decode runs go on past finishes too when no step rows are kept (and its
         # policy vouches for it: ``_run``)
         self.through_finishes = self.runs_ahead and not self.steps.keep_rows
+        # such replicas run apart, without simpy's event loop (``_apart``; tests compare the two)
+        self.apart = self.runs_ahead
+        # ``_apart``: each replica's requests, read ahead of its clock up to ``horizon`` (the last
+        # arrival read; inf once all are read); None under simpy's event loop
+        self.feeds: dict[int, deque] | None = None
+        self.horizon = 0.0
 
     def _new_replica(self, i: int, lives: int = 0) -> Replica:
         """Replica ``i`` with an empty KV pool and a fresh scheduler (its ``lives``-th start)."""
@@ -178,9 +190,16 @@ class Engine:
     # ------------------------------------------------------------------ admission
     def admit(self, spec, turn: int | None = None) -> None:
         """An arrival: reject it with a reason, or route it to a replica's scheduler (``turn``:
-        the entry replica the router's ``turns`` already gave it, see ``_read_ahead``). (A shard
-        keeps only the requests routed to its replicas, and shard 0 the ones rejected before
-        routing.)"""
+        the entry replica the router's ``turns`` already gave it, see ``_read_ahead``)."""
+        routed = self._arrival(spec, turn)
+        if routed is not None:
+            self._place(*routed)
+
+    def _arrival(self, spec, turn: int | None) -> tuple[Request, Replica | None] | None:
+        """``admit`` up to placing: the request for ``spec``, numbered in arrival order, and the
+        replica it goes to; None when it was rejected before routing (context) or is another
+        shard's (a shard keeps only the requests routed to its replicas, and shard 0 the ones
+        rejected before routing)."""
         ctx = self.model.max_context
         order = self.admitted
         self.admitted += 1
@@ -189,14 +208,15 @@ class Engine:
         too_long = spec.prompt_tokens + spec.output_tokens > ctx
         rep = None if too_long else self._route(spec) if turn is None else self.entry_pool[turn]
         if (too_long and self.shard[0]) or (rep is not None and rep.idx not in self.own):
-            return  # another shard's request
+            return None  # another shard's request
         req = Request(spec)
         req.order = order
         self.by_id[req.id] = req
         if too_long:
-            return self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} "
-                                     f"tokens exceed {self.model.id}'s context of {ctx}")
-        self._place(req, rep)
+            self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} "
+                              f"tokens exceed {self.model.id}'s context of {ctx}")
+            return None
+        return req, rep
 
     def _route(self, spec) -> Replica | None:
         """The serving entry replica the router picks for ``spec`` (None: none serves)."""
@@ -259,7 +279,7 @@ class Engine:
             self.plans.append((rep.idx, start, tuple(plan.num_new_tokens), shape))
         now = start + st.total  # (simpy's clock: now + delay)
         if self._wait(rep, now):
-            yield _At(self.env, now)
+            yield now
         prefill, decode, changed = lifecycle.complete_step(plan, self.by_id, start, now, self.itl)
         for r in changed:  # finished, or got its first token
             if r.finish_s is not None:
@@ -294,7 +314,7 @@ class Engine:
         w0 = len(waiting)  # arrivals can land only in the run's last step
         if self._wait(rep, end, arrival):
             rep.run = (run, w0)
-            yield _At(self.env, end)
+            yield end
             rep.run = None
         for r in lifecycle.complete_run(reqs, times, run.steps, self.itl):
             self._leave(rep, r)
@@ -332,6 +352,10 @@ class Engine:
         """The earliest time a new request can reach ``rep`` (a lower bound): with one replica
         the next arrival; otherwise the router's ``turns`` told which upcoming arrivals are this
         replica's as they were read ahead (``_read_ahead``)."""
+        feeds = self.feeds
+        if feeds is not None:  # ``_apart``: the replica's own requests, read up to ``horizon``
+            mine = feeds[rep.idx]
+            return mine[0].spec.arrival_s if mine else self.horizon
         if self.cfg.workload.closed_loop is not None:  # any replica: a lower bound
             return min(self.clients.wakes.values(), default=float("inf"))
         up = self.upcoming
@@ -370,9 +394,8 @@ class Engine:
             if not up:
                 break
             spec = up[0]
-            delay = spec.arrival_s - env.now
-            if delay > 0:
-                yield env.timeout(delay)
+            if spec.arrival_s > env.now:  # at its exact time, before any step that ends then
+                yield _At(env, spec.arrival_s, simpy.core.URGENT)
             up.popleft()
             self.admit(spec, None if turn_of is None else turn_of(None))
         self._arrivals_finished()
@@ -415,16 +438,30 @@ class Engine:
             rep.poke()
 
     def _replica(self, rep: Replica):
-        """One replica's process: its loop, until it stops, crashes or is released (a crash
-        interrupts it: the step in progress is discarded)."""
+        """One replica's simpy process: its loop (``_serve``) until it stops, crashes or is
+        released (a crash interrupts it: the step in progress is discarded). The loop yields the
+        time it waits for, or None to sleep until ``poke``d (it is then sent the time it woke)."""
+        env, loop = self.env, self._serve(rep)
         try:
-            yield from self._serve(rep)
-        except simpy.Interrupt:
+            until = next(loop)
+            while True:
+                if until is None:
+                    rep.wake = env.event()
+                    yield rep.wake
+                    rep.wake = None
+                    until = loop.send(env.now)
+                else:
+                    yield _At(env, until)
+                    until = next(loop)
+        except (StopIteration, simpy.Interrupt):
             return
 
     def _serve(self, rep: Replica):
         """One replica's loop: plan, then one step or one fast-forwarded run; sleep when idle.
-        ``now`` is the replica's clock: ahead of simpy's while the replica runs ahead."""
+        ``now`` is the replica's clock: ahead of simpy's (``env.now``) while the replica runs
+        ahead. A generator: it yields the time it must wait for (the arrivals up to then reach
+        its scheduler first), or None to sleep until a request reaches it (it is sent the time it
+        woke); ``_replica`` runs it under simpy, ``_apart`` without."""
         env, sched = self.env, rep.scheduler
         idle_plans = 0  # plans in a row that computed nothing
         now = env.now
@@ -449,14 +486,12 @@ class Engine:
                             self._reject(r, reason)
                     continue
                 if now > env.now:  # ran ahead: the clock catches up before the replica idles
-                    yield _At(env, now)
-                if self.arrivals_done and not (self.disagg and self.disagg.upstream_busy(rep)) \
+                    yield now
+                if self.arrivals_done and not (self.feeds and self.feeds[rep.idx]) \
+                        and not (self.disagg and self.disagg.upstream_busy(rep)) \
                         and not (self.dynamic and self.by_id):  # a crash may re-queue requests here
                     return
-                rep.wake = env.event()
-                yield rep.wake
-                rep.wake = None
-                now = env.now
+                now = yield None  # asleep until a request reaches it
                 continue
             idle_plans = 0
             reqs = steady_decode(sched, plan, self.by_id) if self.fast_forward else None
@@ -467,14 +502,18 @@ class Engine:
 
     def run(self) -> SimOutput:
         """Start the processes (arrivals or clients, the replicas, faults and autoscaling), run
-        until nothing is left to happen, and gather the output."""
-        self.env.process(self.clients.run() if self.clients else self._arrivals())
-        for rep in self.replicas:
-            if rep.idx in self.own:
-                rep.proc = self.env.process(self._replica(rep))
-        self.dynamics.start()
-        self.env.run()
-        end = self.env.now if self.end_s is None else self.end_s  # timers past the last request do not count
+        until nothing is left to happen, and gather the output. Replicas that run ahead run
+        apart, without simpy (``_apart``)."""
+        if self.apart:
+            end = self._apart()
+        else:
+            self.env.process(self.clients.run() if self.clients else self._arrivals())
+            for rep in self.replicas:
+                if rep.idx in self.own:
+                    rep.proc = self.env.process(self._replica(rep))
+            self.dynamics.start()
+            self.env.run()
+            end = self.env.now if self.end_s is None else self.end_s  # timers past the last request do not count
         self.dynamics.lose_parked()
         for r in sorted(self.by_id.values(), key=lambda r: r.order):  # unfinished: rows too
             self.requests.add(r, r.order)
@@ -484,18 +523,96 @@ class Engine:
         return output(self, end)
 
 
+    def _apart(self) -> float:
+        """Run the replicas when they share nothing (``runs_ahead``): each replica's loop runs
+        on its own clock and takes its own requests, with no event loop. The arrivals are read
+        in chunks, numbered, routed (the router's ``turns``) and filed under their replica
+        (``feeds``); then each replica's loop goes on as far as the requests read let it: a
+        wait for time ``t`` (``_serve``'s protocol) needs every arrival up to ``t`` read, and
+        those of its replica reach its scheduler first (at a tie, the arrival comes first, as
+        under simpy, where arrivals are URGENT); asleep, it wakes at its next request's time.
+        The same results as simpy's loop (tests/test_apart.py); returns the end of the run (the
+        last arrival or the last step, whichever is later)."""
+        own = [rep for rep in self.replicas if rep.idx in self.own]
+        self.feeds = feeds = {rep.idx: deque() for rep in own}
+        self.env = env = _Clock()  # ``env.now``: the time the loop being resumed was given
+        turns = self.route.turns(self.route_state, len(self.entry_pool)) if len(self.entry_pool) > 1 else None
+        ctx, it = self.model.max_context, iter(self.workload)
+        loops = {rep.idx: self._serve(rep) for rep in own}
+        until = {i: next(loop) for i, loop in loops.items()}  # what each loop waits for (None: asleep)
+        arrived = end = 0  # the last arrival read; the latest clock of a loop that ended (0: as simpy's clock starts)
+        place = self._place
+        while loops:
+            # read the next chunk of arrivals, filed under their replicas
+            read = 0
+            for spec in islice(it, APART_CHUNK):
+                read += 1
+                arrived = spec.arrival_s
+                turn = None if turns is None or spec.prompt_tokens + spec.output_tokens > ctx else next(turns)
+                routed = self._arrival(spec, turn)
+                if routed is not None:
+                    feeds[routed[1].idx].append(routed[0])
+            if read < APART_CHUNK:
+                self.arrivals_done = True  # (a loop that idles from now on ends)
+            self.horizon = last = _INF if self.arrivals_done else arrived
+            # each loop goes on as far as it can: until it needs arrivals not read yet
+            for i in list(loops):
+                loop, rep, mine = loops[i], self.replicas[i], feeds[i]
+                t = until[i]
+                try:
+                    while True:
+                        if t is None:  # asleep: wakes at its next request, or ends when none will come
+                            if mine:
+                                woke = mine[0].spec.arrival_s
+                                if woke >= last:
+                                    break
+                            elif not self.arrivals_done:
+                                break
+                            else:  # woken when the last request has arrived, to end
+                                woke = arrived
+                            while mine and mine[0].spec.arrival_s <= woke:
+                                place(mine.popleft(), rep)
+                            env.now = woke
+                            t = loop.send(woke)
+                        else:
+                            if t >= last:
+                                break
+                            while mine and mine[0].spec.arrival_s <= t:
+                                place(mine.popleft(), rep)
+                            env.now = t
+                            t = next(loop)
+                except StopIteration:
+                    del loops[i]
+                    end = max(end, env.now)
+                    continue
+                until[i] = t
+        return max(end, arrived)
+
+
+class _Clock:
+    """``Engine._apart``'s stand-in for simpy's environment: the clock ``_serve`` reads."""
+
+    __slots__ = ("now",)
+
+    def __init__(self):
+        self.now = 0  # (simpy's clock starts at the integer 0)
+
+
 class _At(simpy.events.Timeout):
     """A timeout that fires at the absolute time ``at``. simpy adds a delay to its clock, and
     ``now + delay`` cannot land on every float: a decode run must end exactly where the same
-    steps taken one by one would. (Schedules the way simpy 4's ``Environment.schedule`` does.)"""
+    steps taken one by one would, and an arrival lands at its own time. ``priority``: simpy's
+    NORMAL, or URGENT for an arrival, which comes before the other events at its time (a step
+    that ends when a request arrives is followed by a plan that sees it). (Schedules the way
+    simpy 4's ``Environment.schedule`` does.)"""
 
-    def __init__(self, env: simpy.Environment, at: float):
+    def __init__(self, env: simpy.Environment, at: float, priority: int = simpy.core.NORMAL):
         self.env = env
         self.callbacks = []
         self._value = None
         self._delay = at - env.now
         self._ok = True
-        heapq.heappush(env._queue, (at, simpy.core.NORMAL, next(env._eid), self))
+        heapq.heappush(env._queue, (at, priority, next(env._eid), self))
 
 
 def output(eng: Engine, end: float) -> SimOutput:
