@@ -52,6 +52,9 @@ def _files(tmp_path):
     (tmp_path / "trunc.csv.gz").write_bytes((tmp_path / "full.csv.gz").read_bytes()[:1500])
     (tmp_path / "afile").write_text("x")
     (tmp_path / "badspec.yaml").write_text("grid:\n  workload.rate: [1, .nan]\n")
+    (tmp_path / "badlist.json").write_text("[^")
+    (tmp_path / "emptylist.json").write_text(" [ ]\n")
+    (tmp_path / "numlist.json").write_text("[1, 2]")
 
 
 # Each repro of the issue: (argv, a phrase the one line must contain).
@@ -65,6 +68,9 @@ REPROS = [
     (["run", "{tmp}/dup.yaml"], "duplicated key 'seed' at line 4 (first at line 1)"),
     (["run", "{tmp}/nan.yaml"], "workload.diurnal.phase_s: Input should be a finite number"),
     (["run", "--trace", "{tmp}/bin.csv"], "not a text trace"),
+    (["run", "--trace", "{tmp}/badlist.json"], "line 1: not valid JSON"),
+    (["run", "--trace", "{tmp}/emptylist.json"], "the JSON list is empty"),
+    (["run", "--trace", "{tmp}/numlist.json"], "expected a JSON object in the list, found int"),
     (["run", "--set", "workload.prompt.kind=fixed", "--set", "workload.prompt.value=1.0e+30"], "workload.prompt.value"),
     (["run", "--set", "workload.prompt.kind=fixed", "--set", "workload.prompt.value=1000000000000"], "less than or equal to 10000000"),
     (["run", "--set", "workload.rate=.nan"], "workload.rate: Input should be a finite number"),

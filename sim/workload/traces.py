@@ -288,6 +288,12 @@ def _head(path: str) -> tuple[Head, int, str]:
     if not text.strip():
         raise TraceError(f"{path}: the file is empty")
     if text.lstrip()[0] == "[":
+        with open_text(path) as f:  # its first item must be a JSON object (else a TraceError here, up front)
+            line, first = next(_json_items(f, path), (1, _EMPTY))
+        if first is _EMPTY:
+            raise TraceError(f"{path}: the JSON list is empty (no requests)")
+        if not isinstance(first, dict):
+            raise TraceError(f"{path}, line {line}: expected a JSON object in the list, found {type(first).__name__}")
         return Head("list", frozenset()), 1, "["
     with open_text(path) as f:
         for line_no, s in enumerate(f, 1):
@@ -544,6 +550,7 @@ def _jsonl(f, info: dict, bad: Callable, parse: Callable) -> Iterator[Row]:
 
 
 _WS = re.compile(r"[ \t\r\n]*")
+_EMPTY = object()  # ``_head``: a JSON list without items
 _CHUNK, _MAX_ITEM = 1 << 20, 64 << 20
 
 
