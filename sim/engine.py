@@ -28,6 +28,7 @@ from sim.config import Config
 from sim.cost import make_cost_model
 from sim.cost.memory import memory_for_config
 from sim.fastforward import decode_run, steady_decode
+from sim.flow import enters, flow
 from sim.kv import KVManager, make_kv_manager
 from sim.metrics.requestlog import RequestLog
 from sim.metrics.records import ParquetSink
@@ -497,6 +498,8 @@ class Engine:
             reqs = steady_decode(sched, plan, self.by_id) if self.fast_forward else None
             if reqs is not None:  # (the plan allocated the first step's blocks: the run has steps)
                 now = yield from self._run(rep, reqs, now)
+            elif self.through_finishes and enters(sched, plan, self.by_id, now):  # decode runs that admit
+                now = yield from flow(self, rep, plan, now)
             else:
                 now = yield from self._step(rep, plan, now)
 

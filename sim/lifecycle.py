@@ -15,7 +15,8 @@ The rules:
   schedule time is set once.
 - **Complete a step**: every scheduled request advances by its new tokens; those whose computed
   tokens reach the emission point get a token, its time, and the inter-token gap since the last.
-- **Complete a decode run**: the same as ``k`` single-token steps, applied at once.
+- **Complete a decode run**: the same as ``k`` single-token steps, applied at once (to a whole
+  run's batch, ``complete_run``, or to one request, ``complete_decodes``).
 
 ``itl`` arguments take any object with ``add(gap_s, tokens)`` and ``extend(gaps, tokens)``
 (``sim.metrics.steplog.ItlLog``), or None to drop the gaps.
@@ -179,6 +180,22 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
     if early:
         done[:0] = [r for _, r in early]
     return done
+
+
+def complete_decodes(r: Request, steps: int, last_s: float, max_gap: float) -> None:
+    """``r`` computed and emitted one token in each of ``steps`` consecutive decode steps, the
+    last ending at ``last_s``, the largest gap between its tokens in them ``max_gap``: its state
+    after them (what ``complete_run`` does for each request of a run; a flow applies each
+    request's steps once, when it leaves or the flow ends: ``sim.flow``)."""
+    r.num_computed += steps
+    g = r.num_generated + steps
+    r.num_generated = g
+    r.last_token_s = last_s
+    if max_gap > r.max_itl_s:
+        r.max_itl_s = max_gap
+    if g >= r.output_tokens:
+        r.status = _FINISHED
+        r.finish_s = last_s
 
 
 def lose(r: Request, reason: str) -> None:

@@ -423,6 +423,20 @@ class RooflineCostModel:
                 chunks.append((q, c))
         return self._price(tokens, n, chunks, dec_n, dec_kv, dec_max, swapped)
 
+    def beside_decodes(self, dec_n: int, dec_kv: int, dec_max: int, chunks: list) -> StepTime | None:
+        """``step_time`` of a step of ``dec_n`` decodes (``dec_kv``: their contexts plus one
+        each, summed; ``dec_max``: the largest such, 0 without decodes) and the prefill
+        ``chunks`` ((tokens, context) in plan order), nothing swapped: ``step_time`` prices a
+        shape from exactly these aggregates (integer sums, so in any order), so without building
+        it the value is the same. None for a subclass that prices steps otherwise (a flow of
+        decode steps and admissions then builds the shape: ``sim.flow``)."""
+        if type(self).step_time is not RooflineCostModel.step_time:
+            return None
+        q = 0
+        for t, _ in chunks:
+            q += t
+        return self._price(q + dec_n, dec_n + len(chunks), chunks, dec_n, dec_kv, dec_max, 0)
+
     def decode_step(self, num_seqs: int, kv_tokens: int, longest: int) -> StepTime:
         """A step of ``num_seqs`` single-token sequences attending over ``kv_tokens`` cached
         tokens in total (the longest over ``longest``): exactly ``step_time`` of that BatchShape,

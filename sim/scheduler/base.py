@@ -159,6 +159,30 @@ class Scheduler:
         run then goes on past finishes. Policies opt in; the safe default is False."""
         return False
 
+    def admits_beside_decodes(self) -> bool:
+        """Vouch that ``plan_beside_decodes`` gives the plan ``schedule`` would make whenever
+        every running request's next token is a decode token whose blocks are in place, and
+        that with nothing waiting ``decode_batch`` would give the running requests in
+        ``running_order`` (the engine then runs decode steps and admissions without bringing the
+        running requests up to date in between: ``sim.flow``). Policies opt in; the safe
+        default is False."""
+        return False
+
+    def plan_beside_decodes(self, now: float) -> StepPlan | None:
+        """The plan ``schedule(now)`` would make when every running request decodes (see
+        ``admits_beside_decodes``), made without reading the running requests' progress, less
+        the decode tokens: those are one per running request, first, in ``running_order``
+        (``with_decodes`` puts them in). Only called when ``admits_beside_decodes`` holds."""
+        return None
+
+    def with_decodes(self, plan: StepPlan) -> StepPlan:
+        """``plan`` (``plan_beside_decodes``') with the decode tokens it leaves out put first:
+        the plan ``schedule`` would have made."""
+        tokens = {r.id: 1 for r in self.running_order() if r.id not in plan.num_new_tokens}
+        tokens.update(plan.num_new_tokens)
+        plan.num_new_tokens = tokens
+        return plan
+
     # ---- helpers for policies -------------------------------------------------------------
     def requeue(self, victim: Request) -> None:
         """Where a preempted request waits: the front of the queue (policies may override)."""
@@ -330,6 +354,23 @@ class BudgetScheduler(Scheduler):
                 return None
         return order
 
+    def admits_beside_decodes(self) -> bool:
+        # schedule_running would give each running request its one decode token (the budget
+        # holds them: checked by the engine before each run of decode steps), so ``schedule``
+        # is these tokens and then schedule_waiting; that needs the plan made here (schedule,
+        # schedule_running, release, steady and decode_batch as this class has them) and an
+        # admission that does not read the running requests' progress or the time
+        # (queue_static) and is not formed a step ahead (overlapped)
+        cls = type(self)
+        return (self.queue_static and not self.overlapped() and self.chunk_keeps_single_tokens
+                and all(getattr(cls, name) is getattr(BudgetScheduler, name) for name in _PLANNED_HERE))
+
+    def plan_beside_decodes(self, now: float) -> StepPlan:
+        self.form_batch(now)
+        plan = StepPlan()
+        self.schedule_waiting(plan, self.budget() - len(self.running), now)
+        return plan
+
     def form_batch(self, now: float) -> None:
         """Note that the batch of a step starting at ``now`` is planned (``overlapped``: while
         requests run, it was formed when the previous step was planned)."""
@@ -418,3 +459,8 @@ class BudgetScheduler(Scheduler):
             running.append(r)
             out[rid] = n
             budget -= n
+
+
+_PLANNED_HERE = ("schedule", "schedule_running", "release", "steady", "decode_batch", "decodes_through_finishes",
+                 "plan_beside_decodes")
+"""``BudgetScheduler`` methods that ``admits_beside_decodes`` needs as they are here."""

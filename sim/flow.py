@@ -1,0 +1,326 @@
+"""Decode runs that admit arrivals (``flow``): a replica's decode steps and the steps that
+admit new requests beside them, run with the batch's progress held in columns
+(docs/design-decisions.md, "Runs that admit arrivals").
+
+A replica that runs ahead without step rows already runs its decode steps between arrivals as
+one run that goes on past finishes (``fastforward.decode_run``). Each arrival then cost a round
+through the engine's loop: every request of the run brought up to date, a plan that walks the
+running requests, a step with the new prompt, and a new run whose setup reads every request
+again. Here the batch is held as columns instead, across arrivals:
+
+- each request of the batch is a ``_Member``: the step it joined, its computed tokens as a
+  function of the step, the step before which it leaves and the step at which it next needs a
+  KV block; the batch's sums (computed tokens, the longest context) price the decode steps, as
+  in ``fastforward._through``;
+- a request's own state is brought up to date once, when it leaves
+  (``lifecycle.complete_decodes``), or when the flow ends;
+- at an arrival the policy plans only the admission (``Scheduler.plan_beside_decodes``: the plan
+  ``schedule`` would make, given that every running request decodes, without reading their
+  progress); a plan that admits whole prompts and leaves nothing waiting is run here as a mixed
+  step priced from its ``BatchShape``, and its new requests join the batch; any other plan ends
+  the flow and the engine runs it as a step (``Engine._step``).
+
+The flow ends (each request brought up to date, the loop planning again) when a plan is not of
+that kind, when the pool cannot give the blocks of the next steps (the loop's run grows them
+block by block and the policy preempts), when the cost model has no series, after
+``FLOW_STEPS`` steps (bounded memory), or when the batch empties. Results are identical to the
+loop's (tests/test_flow.py, and the fast-forward equivalence tests against single steps); the
+ITL gaps, request departures and step log entries come in the order the loop gave them (the
+mixed step's and each run's after the wait at its end), so even a streamed run's ITL sketch
+sums the same values in the same order.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from heapq import heapify, heappop, heappush
+from operator import sub
+
+from sim import lifecycle
+from sim.fastforward import DecodeRun, _clock
+from sim.request import Status
+from sim.types import BatchShape, StepPlan
+
+FLOW_STEPS = 4096
+"""Steps after which a flow ends (its requests brought up to date) and a new one may start: the
+step times it keeps are bounded."""
+
+_RUNNING = Status.RUNNING
+
+
+class _Member:
+    """A request in the flow's batch: its computed tokens at the start of step k are ``o + k``;
+    its state is as of the start of step ``s`` (the steps from ``s`` on are applied when it
+    leaves or the flow ends), the first of the flow's segment ``si`` (a mixed step, or a leg of
+    decode steps); its last token is step ``e - 1``'s; it next needs a KV block at step
+    ``due``."""
+
+    __slots__ = ("r", "o", "s", "si", "e", "due")
+
+    def __init__(self, r, o: int, s: int, si: int, e: int, due: int):
+        self.r, self.o, self.s, self.si, self.e, self.due = r, o, s, si, e, due
+
+
+def enters(sched, plan, by_id: dict, now: float) -> bool:
+    """Whether ``plan`` (made at ``now``) may start a flow: the KV blocks are counted
+    (``kv.bulk_growth``), the policy plans admissions beside decodes
+    (``Scheduler.admits_beside_decodes``), the plan gives every running request its next
+    decode token (its last token came at ``now``) and admits at least one fresh request with
+    its whole prompt, and nothing else: no preemption, swap, prefix hit or abort, and nothing
+    left waiting."""
+    tokens = plan.num_new_tokens
+    if (sched.waiting or plan.preempted or plan.aborted or plan.swapped_in or plan.blocks_swapped_out
+            or plan.cached_tokens or len(tokens) != len(sched.running)):
+        return False
+    if not (sched.kv.bulk_growth and sched.admits_beside_decodes()):  # (counted blocks: growth is arithmetic)
+        return False
+    new = 0
+    for rid, n in tokens.items():
+        r = by_id[rid]
+        if r.status is _RUNNING:
+            g = r.num_generated
+            if (n != 1 or not g or g >= r.output_tokens or r.num_computed != r.prompt_tokens + g - 1
+                    or r.last_token_s != now):
+                return False
+        elif n != r.prompt_tokens or r.num_computed or r.num_generated:
+            return False
+        else:
+            new += 1
+    return new > 0
+
+
+def flow(eng, rep, plan, start: float):
+    """Run ``plan`` (``enters`` holds) at ``start`` as the first step of a flow on replica
+    ``rep`` of engine ``eng``, then its decode steps and the admissions beside them (a generator
+    the engine's loop yields from, as ``Engine._run``; it returns the time the loop goes on at)."""
+    sched, kv, cost, by_id, itl = rep.scheduler, rep.kv, rep.cost, eng.by_id, eng.itl
+    bs, held, par = kv.block_size, kv.held, eng.cfg.parallelism
+    members: dict[int, _Member] = {}
+    leaves: list = []  # (e, seq, member): the members in the order they leave
+    offsets: list[int] = []  # the members' ``o``, sorted (the longest context)
+    times = [start]  # each step's start, then the end of the last one run
+    seg_max: list[float] = []  # the largest gap of each segment (a mixed step, a leg), in step order
+    state = {"base": 0, "seq": 0}  # the sum of the members' ``o``; members joined so far
+
+    def join(r, o: int, s: int, e: int) -> None:
+        m = _Member(r, o, s, len(seg_max), e, held[r.id] * bs - o)
+        members[r.id] = m
+        heappush(leaves, (e, state["seq"], m))
+        state["seq"] += 1
+        insort(offsets, o)
+        state["base"] += o
+
+    def leave(m: _Member) -> None:
+        del members[m.r.id]
+        del offsets[bisect_left(offsets, m.o)]
+        state["base"] -= m.o
+
+    def finish(m: _Member, k: int, upto: int, partial: float = 0.0) -> None:
+        """Apply ``m``'s steps from ``m.s`` up to step ``k`` (its state at step k's start): its
+        largest gap is that of its segments before ``upto`` and ``partial`` (that of its steps in
+        the segment it leaves in, when it does not end with it)."""
+        if k > m.s:
+            si = m.si
+            gap = max(seg_max[si:upto]) if si < upto else partial
+            lifecycle.complete_decodes(m.r, k - m.s, times[k], gap if gap > partial else partial)
+
+    def mixed(k: int, p) -> tuple:
+        """Step ``k``: the members decode and ``p``'s new requests (``plan_beside_decodes``'
+        admissions) get their whole prompts; priced and committed now, completed at the next
+        ``flush`` (after the wait at its end)."""
+        t = times[k]
+        new = p.num_new_tokens
+        n_old = len(members)
+        chunks = [(q, 0) for q in new.values()]
+        st = cost.beside_decodes(n_old, state["base"] + n_old * (k + 1), offsets[-1] + k + 1 if n_old else 0, chunks) \
+            if aggregates else None
+        if st is None:  # the shape, in the order ``schedule`` gives it
+            full = sched.with_decodes(StepPlan(dict(new)))
+            tokens = full.num_new_tokens
+            ctx = tuple(members[rid].o + k if rid in members else 0 for rid in tokens)
+            st = cost.step_time(BatchShape(tuple(tokens.values()), ctx, 0, 0, par.tp, par.pp))
+        end = t + st.total
+        times.append(end)
+        seg_max.append(end - t)  # (join below: the new requests' first segment is the next one)
+        lifecycle.commit(p, by_id, t)
+        gone = []
+        while leaves and leaves[0][0] <= k + 1:  # members whose last token is this step's
+            m = heappop(leaves)[2]
+            leave(m)
+            gone.append(m)
+        for rid in new:
+            r = by_id[rid]
+            if r.output_tokens > 1:  # (one token: it finishes with its prompt)
+                join(r, r.prompt_tokens - (k + 1), k + 1, k + r.output_tokens)
+        return (_MIXED, k, st, p, n_old, n_old + len(new), gone, len(seg_max))
+
+    def flush(rec) -> None:
+        """What the loop does after the wait at the end of a step or run: ITL gaps, departures,
+        the step log."""
+        if rec[0] is _MIXED:
+            _, k, st, fresh, n_old, batch, gone, upto = rec
+            t, end = times[k], times[k + 1]
+            prefill, _, changed = lifecycle.complete_step(fresh, by_id, t, end, itl)
+            if n_old and itl is not None:
+                itl.add(end - t, n_old)
+            for m in gone:
+                finish(m, m.e, upto)
+                eng._leave(rep, m.r)
+            for r in changed:
+                if r.finish_s is not None:
+                    eng._leave(rep, r)
+            eng.steps.add(rep.idx, t, st, batch, prefill, n_old, 0, kv.num_used, len(sched.waiting))
+            return
+        _, k0, k1, n0, gone, run, gaps, upto = rec
+        if itl is not None:  # the leg's gaps, grouped as ``lifecycle.complete_run`` groups a run's
+            itl.add(gaps[0], n0)
+            alive, j = n0, 1
+            for m in gone:
+                e = m.e - k0
+                if e >= k1 - k0:
+                    break
+                if e > j:
+                    itl.extend(gaps[j:e], alive)
+                    j = e
+                alive -= 1
+            if j < len(gaps):
+                itl.extend(gaps[j:], alive)
+        for m in gone:
+            finish(m, m.e, upto, max(gaps[:m.e - k0]))
+            eng._leave(rep, m.r)
+        eng.steps.add_run(rep.idx, run, 0, 0, kv.num_used)
+
+    def decode_leg(k0: int, arrival: float):
+        """The decode steps from ``k0`` on, through finishes, up to the first step that would
+        start at or after ``arrival`` or the batch's end: priced, their blocks grown (None, and
+        nothing changed, when the pool may not hold them or the cost model has no series)."""
+        heap, offs = leaves[:], offsets[:]
+        base, n, k, hint = state["base"], len(members), k0, rep.step_s
+        new_times, priced, gone = [], [], []
+        t = times[k0]
+        while True:
+            nxt = heap[0][0]
+            kv_tokens, longest = base + n * (k + 1), offs[-1] + k + 1
+            more = _clock(cost, n, kv_tokens, longest, nxt - k, t, arrival, hint)
+            if more is None:
+                return None
+            kept = len(more) - 1
+            priced.append((n, kv_tokens, longest, kept))
+            new_times += more[1:]
+            t = more[-1]
+            if kept < nxt - k:  # the arrival cut it
+                k += kept
+                break
+            k = nxt
+            while heap and heap[0][0] == k:
+                m = heappop(heap)[2]
+                gone.append(m)
+                base -= m.o
+                del offs[bisect_left(offs, m.o)]
+                n -= 1
+            if not n or t >= arrival:
+                break
+            hint = more[-1] - more[-2]
+        # each member's blocks for its steps in the leg, when the pool holds them all
+        grows, total, due = [], 0, []  # due: the members that need a block at step k (it the leg's end)
+        for m in members.values():
+            end = m.e if m.e < k else k
+            d = m.due
+            if d < end:
+                c = (end - 1 - d) // bs + 1
+                grows.append((m, c))
+                total += c
+                d += c * bs
+            if d == k and m.e > k:
+                due.append(m)
+        if not kv.can_allocate(total):
+            return None
+        start_used = kv.num_used
+        kv.add_blocks([(m.r.id, c) for m, c in grows])
+        grown = []
+        for m, c in grows:
+            grown.append((m.due - k0, c))
+            m.due += c * bs
+        if hasattr(cost, "count_decode_run"):
+            for args in priced:
+                cost.count_decode_run(*args)
+        freed = [(m.e - 1 - k0, held[m.r.id]) for m in gone]
+        n0 = len(members)
+        for m in gone:
+            leave(m)
+        leaves[:] = heap  # (a heap already: the same entries less those popped)
+        times.extend(new_times)
+        rep.step_s = times[-1] - times[-2]
+        gaps = list(map(sub, times[k0 + 1:k + 1], times[k0:k]))  # each step's
+        seg_max.append(max(gaps))
+        run = DecodeRun(None, None, None, start_used, grown, bs, cost.source, k - k0, freed, total)
+        return k, (_LEG, k0, k, n0, gone, run, gaps, len(seg_max) - 1), due
+
+    def materialize(k: int) -> None:
+        for m in list(members.values()):
+            finish(m, k, len(seg_max))
+
+    aggregates = hasattr(cost, "beside_decodes")
+    fresh = StepPlan()
+    for rid, n in plan.num_new_tokens.items():  # the running requests decode in the first step
+        r = by_id[rid]
+        if r.status is _RUNNING:
+            join(r, r.num_computed, 0, r.output_tokens - r.num_generated)
+        else:
+            fresh.num_new_tokens[rid] = n
+    rec = mixed(0, fresh)
+    due_now = None  # the members that need a block at step k, when the last leg found them
+    k = 1
+    while True:
+        t = times[k]
+        arrival = eng.next_arrival_for(rep)
+        if eng._wait(rep, t, arrival):
+            yield t
+            arrival = eng.next_arrival_for(rep)
+        flush(rec)
+        rec = None
+        if len(members) > sched.budget():  # (the policy gives some of them no token)
+            materialize(k)
+            return t
+        if sched.waiting:  # admission beside the members' decodes
+            due = [m for m in members.values() if m.due == k] if due_now is None else due_now
+            if due:
+                if not kv.can_allocate(len(due)):
+                    materialize(k)
+                    return t
+                kv.add_blocks([(m.r.id, 1) for m in due])
+                for m in due:
+                    m.due += bs
+            p = sched.plan_beside_decodes(t)
+            due_now = None
+            if _admits_whole(p, sched, by_id):
+                rec = mixed(k, p)
+                k += 1
+                continue
+            materialize(k)
+            return (yield from eng._step(rep, sched.with_decodes(p), t))
+        if not members:
+            return t
+        if k >= FLOW_STEPS:
+            materialize(k)
+            return t
+        leg = decode_leg(k, arrival)
+        if leg is None:
+            materialize(k)
+            return t
+        k, rec, due_now = leg
+
+
+_MIXED, _LEG = "mixed", "leg"
+
+
+def _admits_whole(p, sched, by_id: dict) -> bool:
+    """Whether ``p`` (``plan_beside_decodes``') admits fresh requests with their whole prompts
+    and nothing else, leaving nothing waiting."""
+    if (not p.num_new_tokens or sched.waiting or p.preempted or p.aborted or p.swapped_in or p.blocks_swapped_out
+            or p.cached_tokens):
+        return False
+    for rid, n in p.num_new_tokens.items():
+        r = by_id[rid]
+        if n != r.prompt_tokens or r.num_computed or r.num_generated:
+            return False
+    return True
