@@ -4,6 +4,7 @@ that stop at each finish."""
 from itertools import accumulate
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -78,6 +79,13 @@ def test_used_with_frees(start_used, grown, freed, bs, steps, used_end):
         assert run.peak_used(used_end) == max(expect)
 
 
+@pytest.fixture(autouse=True)
+def no_flows(monkeypatch):
+    """Decode runs that admit arrivals (``sim.flow``, tested in tests/test_flow.py) would take
+    over the runs tested here: off."""
+    monkeypatch.setattr(engine, "enters", lambda *a: False)
+
+
 def _stopping_at_finishes(monkeypatch, cfg):
     """``cfg`` simulated with every decode run stopping at its first finish."""
     real = engine.decode_run
@@ -118,4 +126,5 @@ def test_runs_go_on_past_finishes(monkeypatch):
     res = simulate(cfg)
     assert len(calls) > 100
     monkeypatch.undo()
+    monkeypatch.setattr(engine, "enters", lambda *a: False)
     assert res.summary["sim"]["steps"] == _stopping_at_finishes(monkeypatch, cfg).summary["sim"]["steps"]

@@ -432,10 +432,17 @@ class RooflineCostModel:
         decode steps and admissions then builds the shape: ``sim.flow``)."""
         if type(self).step_time is not RooflineCostModel.step_time:
             return None
-        q = 0
-        for t, _ in chunks:
-            q += t
-        return self._price(q + dec_n, dec_n + len(chunks), chunks, dec_n, dec_kv, dec_max, 0)
+        n, tokens, prefill = dec_n + len(chunks), dec_n, []
+        for q, c in chunks:
+            tokens += q
+            if q == 1:  # a one-token chunk is priced as a decode (step_time cannot tell them apart)
+                dec_n += 1
+                dec_kv += c + 1
+                if c + 1 > dec_max:
+                    dec_max = c + 1
+            else:
+                prefill.append((q, c))
+        return self._price(tokens, n, prefill, dec_n, dec_kv, dec_max, 0)
 
     def decode_step(self, num_seqs: int, kv_tokens: int, longest: int) -> StepTime:
         """A step of ``num_seqs`` single-token sequences attending over ``kv_tokens`` cached
