@@ -361,9 +361,11 @@ class BudgetScheduler(Scheduler):
         # schedule_running, release, steady and decode_batch as this class has them) and an
         # admission that does not read the running requests' progress or the time
         # (queue_static) and is not formed a step ahead (overlapped)
-        cls = type(self)
-        return (self.queue_static and not self.overlapped() and self.chunk_keeps_single_tokens
-                and all(getattr(cls, name) is getattr(BudgetScheduler, name) for name in _PLANNED_HERE))
+        here = _PLANS_HERE.get(type(self))
+        if here is None:
+            cls = type(self)
+            here = _PLANS_HERE[cls] = all(getattr(cls, name) is getattr(BudgetScheduler, name) for name in _PLANNED_HERE)
+        return here and self.queue_static and not self.overlapped() and self.chunk_keeps_single_tokens
 
     def plan_beside_decodes(self, now: float) -> StepPlan:
         self.form_batch(now)
@@ -464,3 +466,4 @@ class BudgetScheduler(Scheduler):
 _PLANNED_HERE = ("schedule", "schedule_running", "release", "steady", "decode_batch", "decodes_through_finishes",
                  "plan_beside_decodes")
 """``BudgetScheduler`` methods that ``admits_beside_decodes`` needs as they are here."""
+_PLANS_HERE: dict[type, bool] = {}  # per class: whether it has every one of them as it is here
