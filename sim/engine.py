@@ -325,10 +325,19 @@ class Engine:
     def _wait(self, rep: Replica, end: float, arrival: float | None = None) -> bool:
         """Whether the loop must wait for the clock to reach ``end``, the end of a step or run
         of ``rep``, rather than run ahead (``runs_ahead``): it must when an arrival can reach
-        ``rep`` by then (``arrival``: ``next_arrival_for(rep)`` when the caller has it)."""
+        ``rep`` by then (``arrival``: ``next_arrival_for(rep)`` when the caller has it), unless
+        the replica runs apart and those arrivals are read: they are placed at once."""
         if not self.runs_ahead:
             return True
-        return end >= (self.next_arrival_for(rep) if arrival is None else arrival)
+        if end < (self.next_arrival_for(rep) if arrival is None else arrival):
+            return False
+        feeds = self.feeds
+        if feeds is not None and end < self.horizon:  # apart, every arrival up to ``end`` read: its own
+            mine = feeds[rep.idx]  # reach its scheduler now, as ``_apart`` would place them (no wait)
+            while mine and mine[0].spec.arrival_s <= end:
+                self._place(mine.popleft(), rep)
+            return False
+        return True
 
     def _leave(self, rep: Replica, r: Request) -> None:
         """``r`` produced its last token: it leaves its scheduler (blocks freed)."""

@@ -193,61 +193,64 @@ def flow(eng, rep, plan, start: float):
         """The decode steps from ``k0`` on, through finishes, up to the first step that would
         start at or after ``arrival`` or the batch's end: priced, their blocks grown (None, and
         nothing changed, when the pool may not hold them or the cost model has no series)."""
-        heap, offs = leaves[:], offsets[:]
         base, n, k, hint = state["base"], len(members), k0, rep.step_s
-        new_times, priced, gone = [], [], []
+        new_times, priced, gone, popped = [], [], [], []
         t = times[k0]
         while True:
-            nxt = heap[0][0]
-            kv_tokens, longest = base + n * (k + 1), offs[-1] + k + 1
+            nxt = leaves[0][0]
+            kv_tokens, longest = base + n * (k + 1), offsets[-1] + k + 1
             more = _clock(cost, n, kv_tokens, longest, nxt - k, t, arrival, hint)
             if more is None:
-                return None
+                return undo(popped)
             kept = len(more) - 1
-            priced.append((n, kv_tokens, longest, kept))
+            if counting:
+                priced.append((n, kv_tokens, longest, kept))
             new_times += more[1:]
             t = more[-1]
             if kept < nxt - k:  # the arrival cut it
                 k += kept
                 break
             k = nxt
-            while heap and heap[0][0] == k:
-                m = heappop(heap)[2]
+            while leaves and leaves[0][0] == k:  # (taken off now; put back if the leg is dropped)
+                entry = heappop(leaves)
+                popped.append(entry)
+                m = entry[2]
                 gone.append(m)
                 base -= m.o
-                del offs[bisect_left(offs, m.o)]
+                del offsets[bisect_left(offsets, m.o)]
                 n -= 1
             if not n or t >= arrival:
                 break
             hint = more[-1] - more[-2]
         # each member's blocks for its steps in the leg, when the pool holds them all
-        grows, total, due = [], 0, []  # due: the members that need a block at step k (it the leg's end)
+        grows, pairs, total, due = [], [], 0, []  # due: the members that need a block at step k (the leg's end)
         for m in members.values():
-            end = m.e if m.e < k else k
+            e = m.e
+            end = e if e < k else k
             d = m.due
             if d < end:
                 c = (end - 1 - d) // bs + 1
-                grows.append((m, c))
+                grows.append((m, d, c))
+                pairs.append((m.r.id, c))
                 total += c
                 d += c * bs
-            if d == k and m.e > k:
+            if d == k and e > k:
                 due.append(m)
         if not kv.can_allocate(total):
-            return None
+            return undo(popped)
         start_used = kv.num_used
-        kv.add_blocks([(m.r.id, c) for m, c in grows])
+        kv.add_blocks(pairs)
         grown = []
-        for m, c in grows:
-            grown.append((m.due - k0, c))
-            m.due += c * bs
-        if hasattr(cost, "count_decode_run"):
-            for args in priced:
-                cost.count_decode_run(*args)
+        for m, d, c in grows:
+            grown.append((d - k0, c))
+            m.due = d + c * bs
+        for args in priced:
+            cost.count_decode_run(*args)
         freed = [(m.e - 1 - k0, held[m.r.id]) for m in gone]
-        n0 = len(members)
+        n0 = n + len(gone)
         for m in gone:
-            leave(m)
-        leaves[:] = heap  # (a heap already: the same entries less those popped)
+            del members[m.r.id]
+        state["base"] = base
         times.extend(new_times)
         rep.step_s = times[-1] - times[-2]
         gaps = list(map(sub, times[k0 + 1:k + 1], times[k0:k]))  # each step's
@@ -255,11 +258,19 @@ def flow(eng, rep, plan, start: float):
         run = DecodeRun(None, None, None, start_used, grown, bs, cost.source, k - k0, freed, total)
         return k, (_LEG, k0, k, n0, gone, run, gaps, len(seg_max) - 1), due
 
+    def undo(popped: list) -> None:
+        """Put back the members a dropped leg took off (its answer: None)."""
+        for entry in popped:
+            heappush(leaves, entry)
+            insort(offsets, entry[2].o)
+        return None
+
     def materialize(k: int) -> None:
         for m in list(members.values()):
             finish(m, k, len(seg_max))
 
     aggregates = hasattr(cost, "beside_decodes")
+    counting = hasattr(cost, "count_decode_run")  # (a model that counts the steps a run keeps)
     fresh = StepPlan()
     for rid, n in plan.num_new_tokens.items():  # the running requests decode in the first step
         r = by_id[rid]
@@ -275,7 +286,7 @@ def flow(eng, rep, plan, start: float):
         arrival = eng.next_arrival_for(rep)
         if eng._wait(rep, t, arrival):
             yield t
-            arrival = eng.next_arrival_for(rep)
+        arrival = eng.next_arrival_for(rep)
         flush(rec)
         rec = None
         if len(members) > sched.budget():  # (the policy gives some of them no token)
