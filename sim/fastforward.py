@@ -153,7 +153,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
         run = _through(reqs, kv, cost, grower, left, computed, start, arrival, price_hint)
         if run is not None:
             return run
-    times = _clock(cost, n, kv_tokens, longest, horizon, start, arrival, price_hint)
+    times = run_clock(cost, n, kv_tokens, longest, horizon, start, arrival, price_hint)
     if times is None:  # no side-effect-free series: step by step (table lookups count each query)
         if due and min(due) <= 0 and grower.grow_until(1) == 0:  # the first step's blocks are not there
             return grower.run([start], None, cost.source, 0)
@@ -192,7 +192,7 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
     j = 0
     while True:
         kv_k0, longest = base + n * (k0 + 1), top + k0 + 1
-        more = _clock(cost, n, kv_k0, longest, nxt - k0, times[-1], arrival, hint)
+        more = run_clock(cost, n, kv_k0, longest, nxt - k0, times[-1], arrival, hint)
         if more is None:
             return None
         kept = len(more) - 1
@@ -232,8 +232,8 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
     return grower.run(times, None, cost.source, steps)
 
 
-def _clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: float, arrival: float,
-           price: float | None = None) -> list | None:
+def run_clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: float, arrival: float,
+              price: float | None = None) -> list | None:
     """Start times of the run's steps up to ``horizon`` or the first step (after the first) that
     would start at or after ``arrival``, then the end of the last: the clock simpy would keep
     (sequential sums). Prices in chunks: a short list first (the steps until the arrival at

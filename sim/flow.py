@@ -1,6 +1,6 @@
 """Decode runs that admit arrivals (``flow``): a replica's decode steps and the steps that
 admit new requests beside them, run with the batch's progress held in columns
-(docs/design-decisions.md, "Runs that admit arrivals").
+(docs/design-decisions.md, "Decode runs that admit arrivals").
 
 A replica that runs ahead without step rows already runs its decode steps between arrivals as
 one run that goes on past finishes (``fastforward.decode_run``). Each arrival then cost a round
@@ -17,8 +17,9 @@ again. Here the batch is held as columns instead, across arrivals:
 - at an arrival the policy plans only the admission (``Scheduler.plan_beside_decodes``: the plan
   ``schedule`` would make, given that every running request decodes, without reading their
   progress); a plan that admits whole prompts and leaves nothing waiting is run here as a mixed
-  step priced from its ``BatchShape``, and its new requests join the batch; any other plan ends
-  the flow and the engine runs it as a step (``Engine._step``).
+  step, priced from the batch's sums (``RooflineCostModel.beside_decodes``; from its
+  ``BatchShape`` for a model that prices otherwise), and its new requests join the batch; any
+  other plan ends the flow and the engine runs it as a step (``Engine._step``).
 
 The flow ends (each request brought up to date, the loop planning again) when a plan is not of
 that kind, when the pool cannot give the blocks of the next steps (the loop's run grows them
@@ -32,11 +33,11 @@ sums the same values in the same order.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
 from operator import sub
 
 from sim import lifecycle
-from sim.fastforward import DecodeRun, _clock
+from sim.fastforward import DecodeRun, run_clock
 from sim.request import Status
 from sim.types import BatchShape, StepPlan
 
@@ -45,6 +46,7 @@ FLOW_STEPS = 4096
 step times it keeps are bounded."""
 
 _RUNNING = Status.RUNNING
+_MIXED, _LEG = "mixed", "leg"  # the kinds of record ``flow``'s ``flush`` completes
 
 
 class _Member:
@@ -99,22 +101,24 @@ def flow(eng, rep, plan, start: float):
     offsets: list[int] = []  # the members' ``o``, sorted (the longest context)
     times = [start]  # each step's start, then the end of the last one run
     seg_max: list[float] = []  # the largest gap of each segment (a mixed step, a leg), in step order
-    state = {"base": 0, "seq": 0}  # the sum of the members' ``o``; members joined so far
+    base = seq = 0  # the sum of the members' ``o``; members joined so far
 
     def join(r, o: int, s: int, e: int) -> None:
+        nonlocal base, seq
         m = _Member(r, o, s, len(seg_max), e, held[r.id] * bs - o)
         members[r.id] = m
-        heappush(leaves, (e, state["seq"], m))
-        state["seq"] += 1
+        heappush(leaves, (e, seq, m))
+        seq += 1
         insort(offsets, o)
-        state["base"] += o
+        base += o
 
     def leave(m: _Member) -> None:
+        nonlocal base
         del members[m.r.id]
         del offsets[bisect_left(offsets, m.o)]
-        state["base"] -= m.o
+        base -= m.o
 
-    def finish(m: _Member, k: int, upto: int, partial: float = 0.0) -> None:
+    def settle(m: _Member, k: int, upto: int, partial: float = 0.0) -> None:
         """Apply ``m``'s steps from ``m.s`` up to step ``k`` (its state at step k's start): its
         largest gap is that of its segments before ``upto`` and ``partial`` (that of its steps in
         the segment it leaves in, when it does not end with it)."""
@@ -131,7 +135,7 @@ def flow(eng, rep, plan, start: float):
         new = p.num_new_tokens
         n_old = len(members)
         chunks = [(q, 0) for q in new.values()]
-        st = cost.beside_decodes(n_old, state["base"] + n_old * (k + 1), offsets[-1] + k + 1 if n_old else 0, chunks) \
+        st = cost.beside_decodes(n_old, base + n_old * (k + 1), offsets[-1] + k + 1 if n_old else 0, chunks) \
             if aggregates else None
         if st is None:  # the shape, in the order ``schedule`` gives it
             full = sched.with_decodes(StepPlan(dict(new)))
@@ -163,7 +167,7 @@ def flow(eng, rep, plan, start: float):
             if n_old and itl is not None:
                 itl.add(end - t, n_old)
             for m in gone:
-                finish(m, m.e, upto)
+                settle(m, m.e, upto)
                 eng._leave(rep, m.r)
             for r in changed:
                 if r.finish_s is not None:
@@ -185,7 +189,7 @@ def flow(eng, rep, plan, start: float):
             if j < len(gaps):
                 itl.extend(gaps[j:], alive)
         for m in gone:
-            finish(m, m.e, upto, max(gaps[:m.e - k0]))
+            settle(m, m.e, upto, max(gaps[:m.e - k0]))
             eng._leave(rep, m.r)
         eng.steps.add_run(rep.idx, run, 0, 0, kv.num_used)
 
@@ -193,13 +197,14 @@ def flow(eng, rep, plan, start: float):
         """The decode steps from ``k0`` on, through finishes, up to the first step that would
         start at or after ``arrival`` or the batch's end: priced, their blocks grown (None, and
         nothing changed, when the pool may not hold them or the cost model has no series)."""
-        base, n, k, hint = state["base"], len(members), k0, rep.step_s
+        nonlocal base
+        left, n, k, hint = base, len(members), k0, rep.step_s
         new_times, priced, gone, popped = [], [], [], []
         t = times[k0]
         while True:
             nxt = leaves[0][0]
-            kv_tokens, longest = base + n * (k + 1), offsets[-1] + k + 1
-            more = _clock(cost, n, kv_tokens, longest, nxt - k, t, arrival, hint)
+            kv_tokens, longest = left + n * (k + 1), offsets[-1] + k + 1
+            more = run_clock(cost, n, kv_tokens, longest, nxt - k, t, arrival, hint)
             if more is None:
                 return undo(popped)
             kept = len(more) - 1
@@ -216,7 +221,7 @@ def flow(eng, rep, plan, start: float):
                 popped.append(entry)
                 m = entry[2]
                 gone.append(m)
-                base -= m.o
+                left -= m.o
                 del offsets[bisect_left(offsets, m.o)]
                 n -= 1
             if not n or t >= arrival:
@@ -250,7 +255,7 @@ def flow(eng, rep, plan, start: float):
         n0 = n + len(gone)
         for m in gone:
             del members[m.r.id]
-        state["base"] = base
+        base = left
         times.extend(new_times)
         rep.step_s = times[-1] - times[-2]
         gaps = list(map(sub, times[k0 + 1:k + 1], times[k0:k]))  # each step's
@@ -267,7 +272,7 @@ def flow(eng, rep, plan, start: float):
 
     def materialize(k: int) -> None:
         for m in list(members.values()):
-            finish(m, k, len(seg_max))
+            settle(m, k, len(seg_max))
 
     aggregates = hasattr(cost, "beside_decodes")
     counting = hasattr(cost, "count_decode_run")  # (a model that counts the steps a run keeps)
@@ -320,8 +325,6 @@ def flow(eng, rep, plan, start: float):
             return t
         k, rec, due_now = leg
 
-
-_MIXED, _LEG = "mixed", "leg"
 
 
 def _admits_whole(p, sched, by_id: dict) -> bool:

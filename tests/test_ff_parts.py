@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.fastforward import BlockGrower, _clock
+from sim.fastforward import BlockGrower, run_clock
 from sim.kv.blocks import KVManager
 
 
@@ -110,6 +110,6 @@ def _reference_clock(cost, n, kv_tokens, longest, horizon, start, arrival):
 def test_clock_matches_sequential_sums(n, kv_tokens, longest, horizon, start, gap, hint, vector, base, slope):
     cost = _Prices(vector, base, slope)
     arrival = start + gap
-    got = _clock(cost, n, kv_tokens, longest, horizon, start, arrival, hint)
+    got = run_clock(cost, n, kv_tokens, longest, horizon, start, arrival, hint)
     assert got == _reference_clock(cost, n, kv_tokens, longest, horizon, start, arrival)
     assert sum(cost.asked) <= horizon
