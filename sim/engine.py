@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from itertools import islice
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +27,7 @@ from sim.config import Config
 from sim.cost import make_cost_model
 from sim.cost.memory import memory_for_config
 from sim.fastforward import decode_run, steady_decode
+from sim.apart import run_apart
 from sim.flow import enters, flow
 from sim.kv import KVManager, make_kv_manager
 from sim.metrics.requestlog import RequestLog
@@ -39,10 +39,6 @@ from sim.types import BatchShape, default_output_limit
 from sim.workload import build_workload
 from sim.workload.closed_loop import Clients
 
-APART_CHUNK = 4096
-"""Arrivals ``Engine._apart`` reads at a time (then every replica's loop goes as far as they let
-it): a bound on the requests held ahead of the replicas' clocks."""
-_INF = float("inf")
 
 
 @dataclass
@@ -173,9 +169,9 @@ class Engine:
         # such a replica's decode runs go on past finishes too when no step rows are kept (and its
         # policy vouches for it: ``_run``)
         self.through_finishes = self.runs_ahead and not self.steps.keep_rows
-        # such replicas run apart, without simpy's event loop (``_apart``; tests compare the two)
+        # such replicas run apart, without simpy's event loop (``sim.apart``; tests compare the two)
         self.apart = self.runs_ahead
-        # ``_apart``: each replica's requests, read ahead of its clock up to ``horizon`` (the last
+        # ``sim.apart``: each replica's requests, read ahead of its clock up to ``horizon`` (the last
         # arrival read; inf once all are read); None under simpy's event loop
         self.feeds: dict[int, deque] | None = None
         self.horizon = 0.0
@@ -333,7 +329,7 @@ class Engine:
             return False
         feeds = self.feeds
         if feeds is not None and end < self.horizon:  # apart, every arrival up to ``end`` read: its own
-            mine = feeds[rep.idx]  # reach its scheduler now, as ``_apart`` would place them (no wait)
+            mine = feeds[rep.idx]  # reach its scheduler now, as ``run_apart`` would place them (no wait)
             while mine and mine[0].spec.arrival_s <= end:
                 self._place(mine.popleft(), rep)
             return False
@@ -363,7 +359,7 @@ class Engine:
         the next arrival; otherwise the router's ``turns`` told which upcoming arrivals are this
         replica's as they were read ahead (``_read_ahead``)."""
         feeds = self.feeds
-        if feeds is not None:  # ``_apart``: the replica's own requests, read up to ``horizon``
+        if feeds is not None:  # ``sim.apart``: the replica's own requests, read up to ``horizon``
             mine = feeds[rep.idx]
             return mine[0].spec.arrival_s if mine else self.horizon
         if self.cfg.workload.closed_loop is not None:  # any replica: a lower bound
@@ -471,7 +467,7 @@ class Engine:
         ``now`` is the replica's clock: ahead of simpy's (``env.now``) while the replica runs
         ahead. A generator: it yields the time it must wait for (the arrivals up to then reach
         its scheduler first), or None to sleep until a request reaches it (it is sent the time it
-        woke); ``_replica`` runs it under simpy, ``_apart`` without."""
+        woke); ``_replica`` runs it under simpy, ``sim.apart`` without."""
         env, sched = self.env, rep.scheduler
         idle_plans = 0  # plans in a row that computed nothing
         now = env.now
@@ -515,9 +511,9 @@ class Engine:
     def run(self) -> SimOutput:
         """Start the processes (arrivals or clients, the replicas, faults and autoscaling), run
         until nothing is left to happen, and gather the output. Replicas that run ahead run
-        apart, without simpy (``_apart``)."""
+        apart, without simpy (``sim.apart``)."""
         if self.apart:
-            end = self._apart()
+            end = run_apart(self)
         else:
             self.env.process(self.clients.run() if self.clients else self._arrivals())
             for rep in self.replicas:
@@ -533,81 +529,6 @@ class Engine:
             self.requests.flush()
             self.sink.close()
         return output(self, end)
-
-
-    def _apart(self) -> float:
-        """Run the replicas when they share nothing (``runs_ahead``): each replica's loop runs
-        on its own clock and takes its own requests, with no event loop. The arrivals are read
-        in chunks, numbered, routed (the router's ``turns``) and filed under their replica
-        (``feeds``); then each replica's loop goes on as far as the requests read let it: a
-        wait for time ``t`` (``_serve``'s protocol) needs every arrival up to ``t`` read, and
-        those of its replica reach its scheduler first (at a tie, the arrival comes first, as
-        under simpy, where arrivals are URGENT); asleep, it wakes at its next request's time.
-        The same results as simpy's loop (tests/test_apart.py); returns the end of the run (the
-        last arrival or the last step, whichever is later)."""
-        own = [rep for rep in self.replicas if rep.idx in self.own]
-        self.feeds = feeds = {rep.idx: deque() for rep in own}
-        self.env = env = _Clock()  # ``env.now``: the time the loop being resumed was given
-        turns = self.route.turns(self.route_state, len(self.entry_pool)) if len(self.entry_pool) > 1 else None
-        ctx, it = self.model.max_context, iter(self.workload)
-        loops = {rep.idx: self._serve(rep) for rep in own}
-        until = {i: next(loop) for i, loop in loops.items()}  # what each loop waits for (None: asleep)
-        arrived = end = 0  # the last arrival read; the latest clock of a loop that ended (0: as simpy's clock starts)
-        place = self._place
-        while loops:
-            # read the next chunk of arrivals, filed under their replicas
-            read = 0
-            for spec in islice(it, APART_CHUNK):
-                read += 1
-                arrived = spec.arrival_s
-                turn = None if turns is None or spec.prompt_tokens + spec.output_tokens > ctx else next(turns)
-                routed = self._arrival(spec, turn)
-                if routed is not None:
-                    feeds[routed[1].idx].append(routed[0])
-            if read < APART_CHUNK:
-                self.arrivals_done = True  # (a loop that idles from now on ends)
-            self.horizon = last = _INF if self.arrivals_done else arrived
-            # each loop goes on as far as it can: until it needs arrivals not read yet
-            for i in list(loops):
-                loop, rep, mine = loops[i], self.replicas[i], feeds[i]
-                t = until[i]
-                try:
-                    while True:
-                        if t is None:  # asleep: wakes at its next request, or ends when none will come
-                            if mine:
-                                woke = mine[0].spec.arrival_s
-                                if woke >= last:
-                                    break
-                            elif not self.arrivals_done:
-                                break
-                            else:  # woken when the last request has arrived, to end
-                                woke = arrived
-                            while mine and mine[0].spec.arrival_s <= woke:
-                                place(mine.popleft(), rep)
-                            env.now = woke
-                            t = loop.send(woke)
-                        else:
-                            if t >= last:
-                                break
-                            while mine and mine[0].spec.arrival_s <= t:
-                                place(mine.popleft(), rep)
-                            env.now = t
-                            t = next(loop)
-                except StopIteration:
-                    del loops[i]
-                    end = max(end, env.now)
-                    continue
-                until[i] = t
-        return max(end, arrived)
-
-
-class _Clock:
-    """``Engine._apart``'s stand-in for simpy's environment: the clock ``_serve`` reads."""
-
-    __slots__ = ("now",)
-
-    def __init__(self):
-        self.now = 0  # (simpy's clock starts at the integer 0)
 
 
 class _At(simpy.events.Timeout):

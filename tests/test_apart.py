@@ -1,4 +1,4 @@
-"""Replicas that share nothing run apart, without simpy's event loop (``Engine._apart``): the
+"""Replicas that share nothing run apart, without simpy's event loop (``sim.apart``): the
 results are identical to simpy's loop running the same replicas ahead of its clock, whatever
 the chunk of arrivals read at a time, with arrivals at the same instant and arrivals at the
 exact end of a step (which come first: the plan made then sees them)."""
@@ -9,6 +9,7 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import sim.apart as apart
 import sim.engine as engine
 from conftest import tiny_config, uniform_workload
 from sim import simulate
@@ -19,7 +20,7 @@ from sim.scheduler import REGISTRY
 def patched(**attrs):
     """Engine runs with ``attrs`` set on each engine before it runs (``apart``) or module
     constants replaced (``APART_CHUNK``)."""
-    real_run, chunk = engine.Engine.run, engine.APART_CHUNK
+    real_run, chunk = engine.Engine.run, apart.APART_CHUNK
     flags = {k: v for k, v in attrs.items() if k != "APART_CHUNK"}
 
     def run(self):
@@ -28,11 +29,11 @@ def patched(**attrs):
         return real_run(self)
 
     engine.Engine.run = run
-    engine.APART_CHUNK = attrs.get("APART_CHUNK", chunk)
+    apart.APART_CHUNK = attrs.get("APART_CHUNK", chunk)
     try:
         yield
     finally:
-        engine.Engine.run, engine.APART_CHUNK = real_run, chunk
+        engine.Engine.run, apart.APART_CHUNK = real_run, chunk
 
 
 def same(a, b):
