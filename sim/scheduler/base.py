@@ -164,8 +164,10 @@ class Scheduler:
         every running request's next token is a decode token whose blocks are in place, and
         that with nothing waiting ``decode_batch`` would give the running requests in
         ``running_order`` (the engine then runs decode steps and admissions without bringing the
-        running requests up to date in between: ``sim.flow``). Policies opt in; the safe
-        default is False."""
+        running requests up to date in between: ``sim.flow``). The running requests' progress
+        may then be stale when ``running_order`` reads it (as of the step each joined), so an
+        order that reads progress must order decoding requests alike whatever it is (sarathi's
+        puts every decode first, in running order). Policies opt in; the safe default is False."""
         return False
 
     def plan_beside_decodes(self, now: float) -> StepPlan | None:
