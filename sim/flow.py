@@ -271,6 +271,7 @@ def flow(eng, rep, plan, start: float):
         return None
 
     def materialize(k: int) -> None:
+        """Bring every member up to date at the start of step ``k``: the flow ends there."""
         for m in list(members.values()):
             settle(m, k, len(seg_max))
 
