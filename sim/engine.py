@@ -17,6 +17,7 @@ import numpy as np
 import simpy
 
 from sim import lifecycle
+from sim.apart import run_apart
 from sim.catalog import get_hardware, get_model
 from sim.cluster import ROUTERS, ReplicaLoad
 from sim.cluster.autoscale import FleetLog
@@ -27,7 +28,6 @@ from sim.config import Config
 from sim.cost import make_cost_model
 from sim.cost.memory import memory_for_config
 from sim.fastforward import decode_run, steady_decode
-from sim.apart import run_apart
 from sim.flow import enters, flow
 from sim.kv import KVManager, make_kv_manager
 from sim.metrics.requestlog import RequestLog
@@ -38,7 +38,6 @@ from sim.scheduler import REGISTRY
 from sim.types import BatchShape, default_output_limit
 from sim.workload import build_workload
 from sim.workload.closed_loop import Clients
-
 
 
 @dataclass
