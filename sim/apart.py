@@ -42,7 +42,7 @@ def run_apart(eng) -> float:
     loops = {rep.idx: eng._serve(rep) for rep in own}
     until = {i: next(loop) for i, loop in loops.items()}  # what each loop waits for (None: asleep)
     arrived = end = 0  # the last arrival read; the latest clock of a loop that ended (0: as simpy's clock starts)
-    place = eng._place
+    deliver = eng.deliver
     while loops:
         # read the next chunk of arrivals, filed under their replicas
         read = 0
@@ -71,15 +71,13 @@ def run_apart(eng) -> float:
                             break
                         else:  # woken when the last request has arrived, to end
                             woke = arrived
-                        while mine and mine[0].spec.arrival_s <= woke:
-                            place(mine.popleft(), rep)
+                        deliver(rep, woke)
                         env.now = woke
                         t = loop.send(woke)
                     else:
                         if t >= last:
                             break
-                        while mine and mine[0].spec.arrival_s <= t:
-                            place(mine.popleft(), rep)
+                        deliver(rep, t)
                         env.now = t
                         t = next(loop)
             except StopIteration:

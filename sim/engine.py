@@ -326,13 +326,17 @@ class Engine:
             return True
         if end < (self.next_arrival_for(rep) if arrival is None else arrival):
             return False
-        feeds = self.feeds
-        if feeds is not None and end < self.horizon:  # apart, every arrival up to ``end`` read: its own
-            mine = feeds[rep.idx]  # reach its scheduler now, as ``run_apart`` would place them (no wait)
-            while mine and mine[0].spec.arrival_s <= end:
-                self._place(mine.popleft(), rep)
+        if self.feeds is not None and end < self.horizon:  # apart, every arrival up to ``end`` read: its
+            self.deliver(rep, end)  # own reach its scheduler now, as ``run_apart`` would place them (no wait)
             return False
         return True
+
+    def deliver(self, rep: Replica, until: float) -> None:
+        """``sim.apart``: the requests read for ``rep`` that arrive by ``until`` reach its
+        scheduler, in arrival order."""
+        mine = self.feeds[rep.idx]
+        while mine and mine[0].spec.arrival_s <= until:
+            self._place(mine.popleft(), rep)
 
     def _leave(self, rep: Replica, r: Request) -> None:
         """``r`` produced its last token: it leaves its scheduler (blocks freed)."""

@@ -46,9 +46,8 @@ class DecodeRun:
         allocates or frees during it)."""
         used, bs = self.start_used, self.block_size
         for first, blocks in self.grown:
-            if first <= k:
-                c = (k - first) // bs + 1
-                used += c if c < blocks else blocks
+            c = blocks_before(first, k + 1, bs)
+            used += c if c < blocks else blocks
         for step, blocks in self.freed:
             if step <= k:
                 used -= blocks
@@ -92,6 +91,14 @@ class DecodeRun:
 
 
 _INF = float("inf")
+
+
+def blocks_before(due: int, end: int, block_size: int) -> int:
+    """The KV blocks a decoding request takes in the steps before ``end``: one at step ``due``
+    (the step whose token overflows its blocks), then one every ``block_size`` steps (the one
+    rule of the fast-forward's counted growth: ``BlockGrower.grow_each``, ``DecodeRun.used_at``,
+    the flows' legs)."""
+    return (end - 1 - due) // block_size + 1 if due < end else 0
 
 MAX_GUESS = 4096
 """When a run may end at an arrival, the first go prices as many steps as would fit before the
@@ -389,8 +396,8 @@ class BlockGrower:
         bs, due = self.kv.block_size, self.due
         pairs, grows, total = [], [], 0  # (request id, blocks); (request index, due step, blocks)
         for i, (r, end, d) in enumerate(zip(self.reqs, ends, due)):
-            if d < end:
-                c = (end - 1 - d) // bs + 1
+            c = blocks_before(d, end, bs)
+            if c:
                 pairs.append((r.id, c))
                 grows.append((i, d, c))
                 total += c

@@ -37,7 +37,7 @@ from heapq import heappop, heappush
 from operator import sub
 
 from sim import lifecycle
-from sim.fastforward import DecodeRun, run_clock
+from sim.fastforward import DecodeRun, blocks_before, run_clock
 from sim.request import Status
 from sim.types import BatchShape, StepPlan
 
@@ -70,8 +70,7 @@ def enters(sched, plan, by_id: dict, now: float) -> bool:
     its whole prompt, and nothing else: no preemption, swap, prefix hit or abort, and nothing
     left waiting."""
     tokens = plan.num_new_tokens
-    if (sched.waiting or plan.preempted or plan.aborted or plan.swapped_in or plan.blocks_swapped_out
-            or plan.cached_tokens or len(tokens) != len(sched.running)):
+    if not _nothing_else(plan, sched) or len(tokens) != len(sched.running):
         return False
     if not (sched.kv.bulk_growth and sched.admits_beside_decodes()):  # (counted blocks: growth is arithmetic)
         return False
@@ -83,7 +82,7 @@ def enters(sched, plan, by_id: dict, now: float) -> bool:
             if (n != 1 or not g or g >= r.output_tokens or r.num_computed != r.prompt_tokens + g - 1
                     or r.last_token_s != now):
                 return False
-        elif n != r.prompt_tokens or r.num_computed or r.num_generated:
+        elif not _whole(r, n):
             return False
         else:
             new += 1
@@ -177,17 +176,7 @@ def flow(eng, rep, plan, start: float):
         _, k0, k1, n0, gone, run, gaps, upto = rec
         if itl is not None:  # the leg's gaps, grouped as ``lifecycle.complete_run`` groups a run's
             itl.add(gaps[0], n0)
-            alive, j = n0, 1
-            for m in gone:
-                e = m.e - k0
-                if e >= k1 - k0:
-                    break
-                if e > j:
-                    itl.extend(gaps[j:e], alive)
-                    j = e
-                alive -= 1
-            if j < len(gaps):
-                itl.extend(gaps[j:], alive)
+            lifecycle.emit_gaps(itl, gaps, 1, n0, [m.e - k0 for m in gone if m.e < k1])
         for m in gone:
             settle(m, m.e, upto, max(gaps[:m.e - k0]))
             eng._leave(rep, m.r)
@@ -231,10 +220,9 @@ def flow(eng, rep, plan, start: float):
         grows, pairs, total, due = [], [], 0, []  # due: the members that need a block at step k (the leg's end)
         for m in members.values():
             e = m.e
-            end = e if e < k else k
             d = m.due
-            if d < end:
-                c = (end - 1 - d) // bs + 1
+            c = blocks_before(d, e if e < k else k, bs)
+            if c:
                 grows.append((m, d, c))
                 pairs.append((m.r.id, c))
                 total += c
@@ -331,11 +319,15 @@ def flow(eng, rep, plan, start: float):
 def _admits_whole(p, sched, by_id: dict) -> bool:
     """Whether ``p`` (``plan_beside_decodes``') admits fresh requests with their whole prompts
     and nothing else, leaving nothing waiting."""
-    if (not p.num_new_tokens or sched.waiting or p.preempted or p.aborted or p.swapped_in or p.blocks_swapped_out
-            or p.cached_tokens):
-        return False
-    for rid, n in p.num_new_tokens.items():
-        r = by_id[rid]
-        if n != r.prompt_tokens or r.num_computed or r.num_generated:
-            return False
-    return True
+    return bool(p.num_new_tokens) and _nothing_else(p, sched) and all(
+        _whole(by_id[rid], n) for rid, n in p.num_new_tokens.items())
+
+
+def _nothing_else(p, sched) -> bool:
+    """No preemption, swap, prefix hit or abort in plan ``p``, and nothing left waiting."""
+    return not (sched.waiting or p.preempted or p.aborted or p.swapped_in or p.blocks_swapped_out or p.cached_tokens)
+
+
+def _whole(r, n: int) -> bool:
+    """Whether ``n`` tokens are fresh request ``r``'s whole prompt."""
+    return n == r.prompt_tokens and not r.num_computed and not r.num_generated

@@ -168,18 +168,27 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
     if itl is not None:
         if others < len(reqs):
             itl.add(step_gap, len(reqs) - others)
-        if gaps:  # each later step's gap, for the requests that took part in it
-            alive, j = len(reqs), 1
-            for k, _ in early:
-                if k > j:
-                    itl.extend(gaps[j - 1:k - 1], alive)
-                    j = k
-                alive -= 1
-            if j <= len(gaps):
-                itl.extend(gaps[j - 1:] if j > 1 else gaps, alive)
+        if gaps:
+            emit_gaps(itl, gaps, 0, len(reqs), [k - 1 for k, _ in early])
     if early:
         done[:0] = [r for _, r in early]
     return done
+
+
+def emit_gaps(itl, gaps: list[float], first: int, alive: int, leaves) -> None:
+    """A run's ITL gaps from ``gaps[first]`` on, each for the requests that took part in its
+    step, grouped as ``complete_step`` groups them (one count per step): ``alive`` requests take
+    part in step ``first``; ``leaves`` (ascending) holds, for each request that finishes before
+    the last step, the position in ``gaps`` before which it leaves. ``complete_run`` and the
+    flows' decode legs (``sim.flow``) both emit their gaps here."""
+    j = first
+    for e in leaves:
+        if e > j:
+            itl.extend(gaps[j:e], alive)
+            j = e
+        alive -= 1
+    if j < len(gaps):
+        itl.extend(gaps[j:] if j else gaps, alive)
 
 
 def complete_decodes(r: Request, steps: int, last_s: float, max_gap: float) -> None:

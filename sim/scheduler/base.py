@@ -173,17 +173,10 @@ class Scheduler:
     def plan_beside_decodes(self, now: float) -> StepPlan | None:
         """The plan ``schedule(now)`` would make when every running request decodes (see
         ``admits_beside_decodes``), made without reading the running requests' progress, less
-        the decode tokens: those are one per running request, first, in ``running_order``
-        (``with_decodes`` puts them in). Only called when ``admits_beside_decodes`` holds."""
+        the decode tokens: those are one per running request, first, in running order
+        (``with_decodes`` puts them in; a policy that opts in gives both). Only called when
+        ``admits_beside_decodes`` holds."""
         return None
-
-    def with_decodes(self, plan: StepPlan) -> StepPlan:
-        """``plan`` (``plan_beside_decodes``') with the decode tokens it leaves out put first:
-        the plan ``schedule`` would have made."""
-        tokens = {r.id: 1 for r in self.running_order() if r.id not in plan.num_new_tokens}
-        tokens.update(plan.num_new_tokens)
-        plan.num_new_tokens = tokens
-        return plan
 
     # ---- helpers for policies -------------------------------------------------------------
     def requeue(self, victim: Request) -> None:
@@ -368,6 +361,14 @@ class BudgetScheduler(Scheduler):
             cls = type(self)
             here = _PLANS_HERE[cls] = all(getattr(cls, name) is getattr(BudgetScheduler, name) for name in _PLANNED_HERE)
         return here and self.queue_static and not self.overlapped() and self.chunk_keeps_single_tokens
+
+    def with_decodes(self, plan: StepPlan) -> StepPlan:
+        """``plan`` (``plan_beside_decodes``') with the decode tokens it leaves out put first:
+        the plan ``schedule`` would have made."""
+        tokens = {r.id: 1 for r in self.running_order() if r.id not in plan.num_new_tokens}
+        tokens.update(plan.num_new_tokens)
+        plan.num_new_tokens = tokens
+        return plan
 
     def plan_beside_decodes(self, now: float) -> StepPlan:
         self.form_batch(now)
