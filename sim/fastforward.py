@@ -19,7 +19,7 @@ from itertools import accumulate
 import numpy as np
 
 from sim.kv.blocks import KVManager
-from sim.request import Request, Status
+from sim.request import Request, Status, decodes_next
 from sim.types import COMPONENTS
 
 
@@ -120,8 +120,7 @@ def steady_decode(sched, plan, by_id: dict) -> list[Request] | None:
     running = Status.RUNNING
     for rid, n in plan.num_new_tokens.items():
         r = by_id[rid]
-        g = r.num_generated
-        if n != 1 or not g or g >= r.output_tokens or r.status is not running:
+        if n != 1 or r.status is not running or not decodes_next(r):
             return None
         reqs.append(r)
     return reqs

@@ -38,7 +38,7 @@ from operator import sub
 
 from sim import lifecycle
 from sim.fastforward import DecodeRun, blocks_before, run_clock
-from sim.request import Status
+from sim.request import Status, decodes_next
 from sim.types import BatchShape, StepPlan
 
 FLOW_STEPS = 4096
@@ -78,9 +78,7 @@ def enters(sched, plan, by_id: dict, now: float) -> bool:
     for rid, n in tokens.items():
         r = by_id[rid]
         if r.status is _RUNNING:
-            g = r.num_generated
-            if (n != 1 or not g or g >= r.output_tokens or r.num_computed != r.prompt_tokens + g - 1
-                    or r.last_token_s != now):
+            if n != 1 or not decodes_next(r) or r.last_token_s != now:
                 return False
         elif not _whole(r, n):
             return False

@@ -68,3 +68,14 @@ class Request:
 
     def __repr__(self) -> str:
         return f"Request(id={self.id}, computed={self.num_computed}/{self.num_tokens}, gen={self.num_generated}, {self.status.value})"
+
+
+def decodes_next(r: Request) -> bool:
+    """Whether ``r``'s next token is a decode token: it has generated at least one of its
+    tokens and not all, and every token but its last is computed, so one new token computes that
+    one and samples the next. The one statement of "a request decodes its next token" that the
+    fast paths (``Scheduler.decode_batch``, ``fastforward.steady_decode``, ``flow.enters``) use:
+    a request that recomputes its prompt after a preemption or a crash has generated tokens but
+    does not decode, even when its policy gives it one token a step."""
+    g = r.num_generated
+    return 0 < g < r.output_tokens and r.num_computed == r.prompt_tokens + g - 1

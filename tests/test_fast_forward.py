@@ -130,3 +130,28 @@ def test_used_and_peak_used_count_the_grown_blocks(start_used, grown, bs, steps,
         assert run.peak_used(used_end) == max(expect)
     else:
         assert run.peak_used(used_end) == used_end
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(at=st.floats(0.5, 12.0), duration=st.floats(0.05, 3.0), threshold=st.sampled_from([1, 2, 16]),
+       clients=st.integers(1, 2), seed=st.integers(0, 20))
+def test_a_crashed_request_re_prefilled_token_by_token_is_no_decode(at, duration, threshold, clients, seed):
+    """A request that had emitted tokens when its replica crashed prefills again from scratch;
+    with ``long_prefill_token_threshold`` 1 it gets one token a step, like a decode, and the fast
+    paths once ran it as one (it finished ~9 s early on a closed loop of one client)."""
+    cfg = tiny_config(seed=seed, scheduler={"long_prefill_token_threshold": threshold},
+                      workload={"closed_loop": {"clients": clients}, "num_requests": 12,
+                                "prompt": {"kind": "uniform", "min": 200, "max": 800},
+                                "output": {"kind": "uniform", "min": 20, "max": 300}},
+                      faults={"events": [{"kind": "crash", "at_s": at, "replica": 0, "duration_s": duration}]})
+    assert_identical(*both(cfg))
+
+
+def test_the_crash_found_by_fuzzing_is_exact():
+    """The fuzzing harness's case: one client, threshold 1, a crash in the middle of a decode."""
+    cfg = tiny_config(scheduler={"long_prefill_token_threshold": 1},
+                      workload={"closed_loop": {"clients": 1}, "num_requests": 30,
+                                "prompt": {"kind": "fixed", "value": 1000}, "output": {"kind": "fixed", "value": 400}},
+                      faults={"events": [{"kind": "crash", "at_s": 6.3, "replica": 0, "duration_s": 1.3}]})
+    on, off = both(cfg)
+    assert on.summary["requests"]["completed"] == 30
+    assert_identical(on, off)

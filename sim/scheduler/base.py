@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.kv.blocks import KVManager
-from sim.request import Request
+from sim.request import Request, decodes_next
 from sim.types import StepPlan
 
 REGISTRY: dict[str, type["Scheduler"]] = {}
@@ -344,8 +344,7 @@ class BudgetScheduler(Scheduler):
         if len(order) > self.budget():
             return None
         for r in order:
-            g = r.num_generated
-            if r.prompt_tokens + g - r.num_computed != 1 or not g or g >= r.output_tokens:
+            if not decodes_next(r):
                 return None
         return order
 
