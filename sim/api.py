@@ -80,7 +80,7 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
     ``overrides`` are ``key.path=value`` strings. With ``out`` the results folder is written
     (summary.json, requests.parquet, steps.parquet, config.yaml, plots/).
     """
-    from sim.engine import run_engine
+    from sim.shards import run_engine
 
     cfg = load_config(config, overrides)
     if cfg.workload.trace is not None and cfg.workload.trace.format == "auto":

@@ -17,7 +17,6 @@ import numpy as np
 import simpy
 
 from sim import lifecycle
-from sim.apart import run_apart
 from sim.catalog import get_hardware, get_model
 from sim.cluster import ROUTERS, ReplicaLoad
 from sim.cluster.autoscale import FleetLog
@@ -28,7 +27,7 @@ from sim.config import Config
 from sim.cost import make_cost_model
 from sim.cost.memory import memory_for_config
 from sim.fastforward import decode_run, steady_decode
-from sim.flow import enters, flow
+from sim.flow import Flow, enters
 from sim.kv import KVManager, make_kv_manager
 from sim.metrics.requestlog import RequestLog
 from sim.metrics.records import ParquetSink
@@ -70,10 +69,18 @@ class SimOutput:
 
 class Replica:
     """One model replica: its scheduler, KV manager and cost model, and the event its loop
-    sleeps on when it has nothing to do."""
+    sleeps on when it has nothing to do.
 
-    def __init__(self, idx: int, scheduler, kv: KVManager, cost):
+    It is also the whole interface the fast paths (``sim.flow``) have to the engine: besides
+    those three, the logs (``by_id``, ``itl``, ``steps``), its parallelism (``tp``, ``pp``),
+    ``next_arrival``, ``must_wait``, ``step`` and ``leave``. Nothing else of the engine is
+    theirs to read or change."""
+
+    def __init__(self, idx: int, scheduler, kv: KVManager, cost, engine: "Engine"):
         self.idx, self.scheduler, self.kv, self.cost = idx, scheduler, kv, cost
+        self._eng = engine
+        self.by_id, self.itl, self.steps = engine.by_id, engine.itl, engine.steps
+        self.tp, self.pp = engine.cfg.parallelism.tp, engine.cfg.parallelism.pp
         self.wake: simpy.Event | None = None
         self.role = "both"  # or "prefill" / "decode" under disaggregation
         self.up = True  # serving (False while crashed, warming up or retired)
@@ -87,6 +94,25 @@ class Replica:
         """Wake the replica's loop if it sleeps."""
         if self.wake is not None and not self.wake.triggered:
             self.wake.succeed()
+
+    # ---- the fast paths' interface to the engine
+    def next_arrival(self) -> float:
+        """The earliest time a new request can reach this replica (a lower bound)."""
+        return self._eng.next_arrival_for(self)
+
+    def must_wait(self, end: float, arrival: float | None = None) -> bool:
+        """Whether the replica's loop must wait for the clock to reach ``end`` (the end of a
+        step or run), rather than go on at its own clock (``Engine.runs_ahead``)."""
+        return self._eng._wait(self, end, arrival)
+
+    def step(self, plan, start: float):
+        """Run ``plan`` as one step starting at ``start`` (a generator to yield from; returns
+        the step's end)."""
+        return self._eng._step(self, plan, start)
+
+    def leave(self, r: Request) -> None:
+        """``r`` produced its last token: it leaves the scheduler and its row is written."""
+        self._eng._leave(self, r)
 
 
 class Engine:
@@ -135,13 +161,6 @@ class Engine:
         self.cost = make_cost_model(cfg, self.model, self.hw)
         self.sched_cls, self.knobs = REGISTRY[cfg.scheduler.name], cfg.scheduler.knobs()
         self.warnings: list[str] = prefix_caching_warnings(cfg)
-        self.replicas = [self._new_replica(i) for i in range(cfg.cluster.replicas)]
-        self.disagg = Disaggregation.for_config(cfg, self.replicas, self.hw, self.model)  # None: not disaggregated
-        self.entry_pool = self.disagg.entry_pool if self.disagg else self.replicas  # where arrivals go
-        self.route = ROUTERS[cfg.cluster.router]
-        self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
-        self.rng = np.random.default_rng(cfg.seed)
-        self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
         # rows of the requests that left; with output.stream they go to ``stream_to`` in chunks
         self.sink = ParquetSink(stream_to) if stream_to is not None else None
         self.requests = RequestLog(self.sink, cfg.output.stream_chunk_rows)
@@ -149,6 +168,13 @@ class Engine:
         self.admitted = 0
         self.steps = StepLog(keep_rows=cfg.output.step_records)
         self.itl = ItlSketch() if self.sink is not None else ItlLog()
+        self.replicas = [self._new_replica(i) for i in range(cfg.cluster.replicas)]
+        self.disagg = Disaggregation.for_config(cfg, self.replicas, self.hw, self.model)  # None: not disaggregated
+        self.entry_pool = self.disagg.entry_pool if self.disagg else self.replicas  # where arrivals go
+        self.route = ROUTERS[cfg.cluster.router]
+        self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
+        self.rng = np.random.default_rng(cfg.seed)
+        self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
         self.fast_forward = cfg.engine.fast_forward and record_plans is False and fast_forward_exact(cfg, self.route)
         self.upcoming: deque = deque()  # arrivals read ahead of time (open loop)
         self.ahead: list[deque] | None = None  # per replica, the arrival times of its upcoming requests (``_read_ahead``)
@@ -168,12 +194,6 @@ class Engine:
         # such a replica's decode runs go on past finishes too when no step rows are kept (and its
         # policy vouches for it: ``_run``)
         self.through_finishes = self.runs_ahead and not self.steps.keep_rows
-        # such replicas run apart, without simpy's event loop (``sim.apart``; tests compare the two)
-        self.apart = self.runs_ahead
-        # ``sim.apart``: each replica's requests, read ahead of its clock up to ``horizon`` (the last
-        # arrival read; inf once all are read); None under simpy's event loop
-        self.feeds: dict[int, deque] | None = None
-        self.horizon = 0.0
 
     def _new_replica(self, i: int, lives: int = 0) -> Replica:
         """Replica ``i`` with an empty KV pool and a fresh scheduler (its ``lives``-th start)."""
@@ -181,21 +201,14 @@ class Engine:
         kv = make_kv_manager(cfg.kv, self.mem.num_gpu_blocks, self.mem.block_bytes)
         seed = [cfg.seed, 1, i] + ([lives] if lives else [])  # the policy's own stream (predictors)
         sched = self.sched_cls(self.knobs, kv, rng=np.random.default_rng(seed), max_context=self.model.max_context)
-        return Replica(i, sched, kv, self.cost)
+        return Replica(i, sched, kv, self.cost, self)
 
     # ------------------------------------------------------------------ admission
     def admit(self, spec, turn: int | None = None) -> None:
-        """An arrival: reject it with a reason, or route it to a replica's scheduler (``turn``:
-        the entry replica the router's ``turns`` already gave it, see ``_read_ahead``)."""
-        routed = self._arrival(spec, turn)
-        if routed is not None:
-            self._place(*routed)
-
-    def _arrival(self, spec, turn: int | None) -> tuple[Request, Replica | None] | None:
-        """``admit`` up to placing: the request for ``spec``, numbered in arrival order, and the
-        replica it goes to; None when it was rejected before routing (context) or is another
-        shard's (a shard keeps only the requests routed to its replicas, and shard 0 the ones
-        rejected before routing)."""
+        """An arrival, numbered in arrival order: reject it with a reason, or route it to a
+        replica's scheduler (``turn``: the entry replica the router's ``turns`` already gave it,
+        see ``_read_ahead``). A shard keeps only the requests routed to its replicas, and shard 0
+        the ones rejected before routing."""
         ctx = self.model.max_context
         order = self.admitted
         self.admitted += 1
@@ -204,15 +217,14 @@ class Engine:
         too_long = spec.prompt_tokens + spec.output_tokens > ctx
         rep = None if too_long else self._route(spec) if turn is None else self.entry_pool[turn]
         if (too_long and self.shard[0]) or (rep is not None and rep.idx not in self.own):
-            return None  # another shard's request
+            return  # another shard's request
         req = Request(spec)
         req.order = order
         self.by_id[req.id] = req
         if too_long:
-            self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} "
-                              f"tokens exceed {self.model.id}'s context of {ctx}")
-            return None
-        return req, rep
+            return self._reject(req, f"exceeds_context: prompt {spec.prompt_tokens} + output {spec.output_tokens} "
+                                     f"tokens exceed {self.model.id}'s context of {ctx}")
+        self._place(req, rep)
 
     def _route(self, spec) -> Replica | None:
         """The serving entry replica the router picks for ``spec`` (None: none serves)."""
@@ -320,23 +332,8 @@ class Engine:
     def _wait(self, rep: Replica, end: float, arrival: float | None = None) -> bool:
         """Whether the loop must wait for the clock to reach ``end``, the end of a step or run
         of ``rep``, rather than run ahead (``runs_ahead``): it must when an arrival can reach
-        ``rep`` by then (``arrival``: ``next_arrival_for(rep)`` when the caller has it), unless
-        the replica runs apart and those arrivals are read: they are placed at once."""
-        if not self.runs_ahead:
-            return True
-        if end < (self.next_arrival_for(rep) if arrival is None else arrival):
-            return False
-        if self.feeds is not None and end < self.horizon:  # apart, every arrival up to ``end`` read: its
-            self.deliver(rep, end)  # own reach its scheduler now, as ``run_apart`` would place them (no wait)
-            return False
-        return True
-
-    def deliver(self, rep: Replica, until: float) -> None:
-        """``sim.apart``: the requests read for ``rep`` that arrive by ``until`` reach its
-        scheduler, in arrival order."""
-        mine = self.feeds[rep.idx]
-        while mine and mine[0].spec.arrival_s <= until:
-            self._place(mine.popleft(), rep)
+        ``rep`` by then (``arrival``: ``next_arrival_for(rep)`` when the caller has it)."""
+        return not self.runs_ahead or end >= (self.next_arrival_for(rep) if arrival is None else arrival)
 
     def _leave(self, rep: Replica, r: Request) -> None:
         """``r`` produced its last token: it leaves its scheduler (blocks freed)."""
@@ -361,10 +358,6 @@ class Engine:
         """The earliest time a new request can reach ``rep`` (a lower bound): with one replica
         the next arrival; otherwise the router's ``turns`` told which upcoming arrivals are this
         replica's as they were read ahead (``_read_ahead``)."""
-        feeds = self.feeds
-        if feeds is not None:  # ``sim.apart``: the replica's own requests, read up to ``horizon``
-            mine = feeds[rep.idx]
-            return mine[0].spec.arrival_s if mine else self.horizon
         if self.cfg.workload.closed_loop is not None:  # any replica: a lower bound
             return min(self.clients.wakes.values(), default=float("inf"))
         up = self.upcoming
@@ -496,7 +489,7 @@ class Engine:
                     continue
                 if now > env.now:  # ran ahead: the clock catches up before the replica idles
                     yield now
-                if self.arrivals_done and not (self.feeds and self.feeds[rep.idx]) \
+                if self.arrivals_done \
                         and not (self.disagg and self.disagg.upstream_busy(rep)) \
                         and not (self.dynamic and self.by_id):  # a crash may re-queue requests here
                     return
@@ -507,24 +500,20 @@ class Engine:
             if reqs is not None:  # (the plan allocated the first step's blocks: the run has steps)
                 now = yield from self._run(rep, reqs, now)
             elif self.through_finishes and enters(sched, plan, self.by_id, now):  # decode runs that admit
-                now = yield from flow(self, rep, plan, now)
+                now = yield from Flow(rep, now).run(plan)
             else:
                 now = yield from self._step(rep, plan, now)
 
     def run(self) -> SimOutput:
         """Start the processes (arrivals or clients, the replicas, faults and autoscaling), run
-        until nothing is left to happen, and gather the output. Replicas that run ahead run
-        apart, without simpy (``sim.apart``)."""
-        if self.apart:
-            end = run_apart(self)
-        else:
-            self.env.process(self.clients.run() if self.clients else self._arrivals())
-            for rep in self.replicas:
-                if rep.idx in self.own:
-                    rep.proc = self.env.process(self._replica(rep))
-            self.dynamics.start()
-            self.env.run()
-            end = self.env.now if self.end_s is None else self.end_s  # timers past the last request do not count
+        simpy's loop until nothing is left to happen, and gather the output."""
+        self.env.process(self.clients.run() if self.clients else self._arrivals())
+        for rep in self.replicas:
+            if rep.idx in self.own:
+                rep.proc = self.env.process(self._replica(rep))
+        self.dynamics.start()
+        self.env.run()
+        end = self.env.now if self.end_s is None else self.end_s  # timers past the last request do not count
         self.dynamics.lose_parked()
         for r in sorted(self.by_id.values(), key=lambda r: r.order):  # unfinished: rows too
             self.requests.add(r, r.order)
@@ -607,20 +596,3 @@ def clip_warnings(info: dict, cfg: Config, arrived: int) -> list[str]:
             out.append(f"{n:,} of {arrived:,} request(s) had their {side} length clipped to {cfg.model}'s context "
                        "(workload.clip_to_context)")
     return out
-
-
-def run_engine(cfg: Config, progress=None, stream_to=None) -> SimOutput:
-    """Build the pipeline for ``cfg`` and run it to completion (``stream_to``: the Parquet file
-    request rows are streamed to, with ``output.stream``). With ``engine.workers`` > 1 the
-    replicas are shared out over processes (``sim.shards``)."""
-    workers = min(cfg.engine.workers, cfg.cluster.replicas)
-    if workers > 1:
-        from sim.shards import run_sharded
-
-        return run_sharded(cfg, workers, progress)
-    return Engine(cfg, progress, stream_to=stream_to).run()
-
-
-def run_shard(cfg: Config, shard: tuple[int, int]) -> SimOutput:
-    """One process's part of a sharded run (no progress bar, no streaming)."""
-    return Engine(cfg, shard=shard).run()

@@ -87,105 +87,120 @@ def enters(sched, plan, by_id: dict, now: float) -> bool:
     return new > 0
 
 
-def flow(eng, rep, plan, start: float):
-    """Run ``plan`` (``enters`` holds) at ``start`` as the first step of a flow on replica
-    ``rep`` of engine ``eng``, then its decode steps and the admissions beside them (a generator
-    the engine's loop yields from, as ``Engine._run``; it returns the time the loop goes on at)."""
-    sched, kv, cost, by_id, itl = rep.scheduler, rep.kv, rep.cost, eng.by_id, eng.itl
-    bs, held, par = kv.block_size, kv.held, eng.cfg.parallelism
-    members: dict[int, _Member] = {}
-    leaves: list = []  # (e, seq, member): the members in the order they leave
-    offsets: list[int] = []  # the members' ``o``, sorted (the longest context)
-    times = [start]  # each step's start, then the end of the last one run
-    seg_max: list[float] = []  # the largest gap of each segment (a mixed step, a leg), in step order
-    base = seq = 0  # the sum of the members' ``o``; members joined so far
+class Flow:
+    """One flow on a replica: its batch (``members``, by request id), the order they leave in
+    (``leaves``, a heap of (e, seq, member)), their ``o`` sorted (``offsets``: the longest
+    context) and summed (``base``), each step's start and the end of the last one run
+    (``times``), and the largest gap of each segment (``seg_max``: a mixed step or a leg of
+    decode steps, in step order). ``run`` drives it; the other methods are its parts. It reads
+    only the replica's side of the engine (``Replica``: its scheduler, pool, cost model, logs,
+    ``next_arrival``, ``must_wait``, ``step``, ``leave``)."""
 
-    def join(r, o: int, s: int, e: int) -> None:
-        nonlocal base, seq
-        m = _Member(r, o, s, len(seg_max), e, held[r.id] * bs - o)
-        members[r.id] = m
-        heappush(leaves, (e, seq, m))
-        seq += 1
-        insort(offsets, o)
-        base += o
+    __slots__ = ("rep", "sched", "kv", "cost", "by_id", "itl", "members", "leaves", "offsets", "times", "seg_max",
+                 "base", "seq", "aggregates", "counting")
 
-    def leave(m: _Member) -> None:
-        nonlocal base
-        del members[m.r.id]
-        del offsets[bisect_left(offsets, m.o)]
-        base -= m.o
+    def __init__(self, rep, start: float):
+        self.rep, self.sched, self.kv, self.cost = rep, rep.scheduler, rep.kv, rep.cost
+        self.by_id, self.itl = rep.by_id, rep.itl
+        self.members: dict[int, _Member] = {}
+        self.leaves: list = []
+        self.offsets: list[int] = []
+        self.times = [start]
+        self.seg_max: list[float] = []
+        self.base = self.seq = 0
+        self.aggregates = hasattr(self.cost, "beside_decodes")
+        self.counting = hasattr(self.cost, "count_decode_run")  # (a model that counts the steps a run keeps)
 
-    def settle(m: _Member, k: int, upto: int, partial: float = 0.0) -> None:
+    def join(self, r, o: int, s: int, e: int) -> None:
+        """``r`` joins the batch: ``o`` its computed tokens less the step, from step ``s`` (the
+        next segment's first) to its last token, step ``e - 1``'s."""
+        m = _Member(r, o, s, len(self.seg_max), e, self.kv.held[r.id] * self.kv.block_size - o)
+        self.members[r.id] = m
+        heappush(self.leaves, (e, self.seq, m))
+        self.seq += 1
+        insort(self.offsets, o)
+        self.base += o
+
+    def leave(self, m: _Member) -> None:
+        del self.members[m.r.id]
+        del self.offsets[bisect_left(self.offsets, m.o)]
+        self.base -= m.o
+
+    def settle(self, m: _Member, k: int, upto: int, partial: float = 0.0) -> None:
         """Apply ``m``'s steps from ``m.s`` up to step ``k`` (its state at step k's start): its
         largest gap is that of its segments before ``upto`` and ``partial`` (that of its steps in
         the segment it leaves in, when it does not end with it)."""
         if k > m.s:
             si = m.si
-            gap = max(seg_max[si:upto]) if si < upto else partial
-            lifecycle.complete_decodes(m.r, k - m.s, times[k], gap if gap > partial else partial)
+            gap = max(self.seg_max[si:upto]) if si < upto else partial
+            lifecycle.complete_decodes(m.r, k - m.s, self.times[k], gap if gap > partial else partial)
 
-    def mixed(k: int, p) -> tuple:
+    def mixed(self, k: int, p) -> tuple:
         """Step ``k``: the members decode and ``p``'s new requests (``plan_beside_decodes``'
         admissions) get their whole prompts; priced and committed now, completed at the next
         ``flush`` (after the wait at its end)."""
+        times, members, leaves, by_id = self.times, self.members, self.leaves, self.by_id
         t = times[k]
         new = p.num_new_tokens
         n_old = len(members)
         chunks = [(q, 0) for q in new.values()]
-        st = cost.beside_decodes(n_old, base + n_old * (k + 1), offsets[-1] + k + 1 if n_old else 0, chunks) \
-            if aggregates else None
+        st = self.cost.beside_decodes(n_old, self.base + n_old * (k + 1),
+                                      self.offsets[-1] + k + 1 if n_old else 0, chunks) if self.aggregates else None
         if st is None:  # the shape, in the order ``schedule`` gives it
-            full = sched.with_decodes(StepPlan(dict(new)))
+            full = self.sched.with_decodes(StepPlan(dict(new)))
             tokens = full.num_new_tokens
             ctx = tuple(members[rid].o + k if rid in members else 0 for rid in tokens)
-            st = cost.step_time(BatchShape(tuple(tokens.values()), ctx, 0, 0, par.tp, par.pp))
+            st = self.cost.step_time(BatchShape(tuple(tokens.values()), ctx, 0, 0, self.rep.tp, self.rep.pp))
         end = t + st.total
         times.append(end)
-        seg_max.append(end - t)  # (join below: the new requests' first segment is the next one)
+        self.seg_max.append(end - t)  # (join below: the new requests' first segment is the next one)
         lifecycle.commit(p, by_id, t)
         gone = []
         while leaves and leaves[0][0] <= k + 1:  # members whose last token is this step's
             m = heappop(leaves)[2]
-            leave(m)
+            self.leave(m)
             gone.append(m)
         for rid in new:
             r = by_id[rid]
             if r.output_tokens > 1:  # (one token: it finishes with its prompt)
-                join(r, r.prompt_tokens - (k + 1), k + 1, k + r.output_tokens)
-        return (_MIXED, k, st, p, n_old, n_old + len(new), gone, len(seg_max))
+                self.join(r, r.prompt_tokens - (k + 1), k + 1, k + r.output_tokens)
+        return (_MIXED, k, st, p, n_old, n_old + len(new), gone, len(self.seg_max))
 
-    def flush(rec) -> None:
+    def flush(self, rec) -> None:
         """What the loop does after the wait at the end of a step or run: ITL gaps, departures,
         the step log."""
+        rep, itl, times = self.rep, self.itl, self.times
         if rec[0] is _MIXED:
             _, k, st, fresh, n_old, batch, gone, upto = rec
             t, end = times[k], times[k + 1]
-            prefill, _, changed = lifecycle.complete_step(fresh, by_id, t, end, itl)
+            prefill, _, changed = lifecycle.complete_step(fresh, self.by_id, t, end, itl)
             if n_old and itl is not None:
                 itl.add(end - t, n_old)
             for m in gone:
-                settle(m, m.e, upto)
-                eng._leave(rep, m.r)
+                self.settle(m, m.e, upto)
+                rep.leave(m.r)
             for r in changed:
                 if r.finish_s is not None:
-                    eng._leave(rep, r)
-            eng.steps.add(rep.idx, t, st, batch, prefill, n_old, 0, kv.num_used, len(sched.waiting))
+                    rep.leave(r)
+            rep.steps.add(rep.idx, t, st, batch, prefill, n_old, 0, self.kv.num_used, len(self.sched.waiting))
             return
         _, k0, k1, n0, gone, run, gaps, upto = rec
         if itl is not None:  # the leg's gaps, grouped as ``lifecycle.complete_run`` groups a run's
             itl.add(gaps[0], n0)
             lifecycle.emit_gaps(itl, gaps, 1, n0, [m.e - k0 for m in gone if m.e < k1])
         for m in gone:
-            settle(m, m.e, upto, max(gaps[:m.e - k0]))
-            eng._leave(rep, m.r)
-        eng.steps.add_run(rep.idx, run, 0, 0, kv.num_used)
+            self.settle(m, m.e, upto, max(gaps[:m.e - k0]))
+            rep.leave(m.r)
+        rep.steps.add_run(rep.idx, run, 0, 0, self.kv.num_used)
 
-    def decode_leg(k0: int, arrival: float):
+    def decode_leg(self, k0: int, arrival: float):
         """The decode steps from ``k0`` on, through finishes, up to the first step that would
         start at or after ``arrival`` or the batch's end: priced, their blocks grown (None, and
         nothing changed, when the pool may not hold them or the cost model has no series)."""
-        nonlocal base
-        left, n, k, hint = base, len(members), k0, rep.step_s
+        members, leaves, offsets, kv, cost, times = (self.members, self.leaves, self.offsets, self.kv, self.cost,
+                                                     self.times)
+        rep = self.rep
+        left, n, k, hint = self.base, len(members), k0, rep.step_s
         new_times, priced, gone, popped = [], [], [], []
         t = times[k0]
         while True:
@@ -193,9 +208,9 @@ def flow(eng, rep, plan, start: float):
             kv_tokens, longest = left + n * (k + 1), offsets[-1] + k + 1
             more = run_clock(cost, n, kv_tokens, longest, nxt - k, t, arrival, hint)
             if more is None:
-                return undo(popped)
+                return self.undo(popped)
             kept = len(more) - 1
-            if counting:
+            if self.counting:
                 priced.append((n, kv_tokens, longest, kept))
             new_times += more[1:]
             t = more[-1]
@@ -215,6 +230,7 @@ def flow(eng, rep, plan, start: float):
                 break
             hint = more[-1] - more[-2]
         # each member's blocks for its steps in the leg, when the pool holds them all
+        bs, held = kv.block_size, kv.held
         grows, pairs, total, due = [], [], 0, []  # due: the members that need a block at step k (the leg's end)
         for m in members.values():
             e = m.e
@@ -228,7 +244,7 @@ def flow(eng, rep, plan, start: float):
             if d == k and e > k:
                 due.append(m)
         if not kv.can_allocate(total):
-            return undo(popped)
+            return self.undo(popped)
         start_used = kv.num_used
         kv.add_blocks(pairs)
         grown = []
@@ -241,77 +257,80 @@ def flow(eng, rep, plan, start: float):
         n0 = n + len(gone)
         for m in gone:
             del members[m.r.id]
-        base = left
+        self.base = left
         times.extend(new_times)
         rep.step_s = times[-1] - times[-2]
         gaps = list(map(sub, times[k0 + 1:k + 1], times[k0:k]))  # each step's
-        seg_max.append(max(gaps))
+        self.seg_max.append(max(gaps))
         run = DecodeRun(None, None, None, start_used, grown, bs, cost.source, k - k0, freed, total)
-        return k, (_LEG, k0, k, n0, gone, run, gaps, len(seg_max) - 1), due
+        return k, (_LEG, k0, k, n0, gone, run, gaps, len(self.seg_max) - 1), due
 
-    def undo(popped: list) -> None:
+    def undo(self, popped: list) -> None:
         """Put back the members a dropped leg took off (its answer: None)."""
         for entry in popped:
-            heappush(leaves, entry)
-            insort(offsets, entry[2].o)
+            heappush(self.leaves, entry)
+            insort(self.offsets, entry[2].o)
         return None
 
-    def materialize(k: int) -> None:
+    def materialize(self, k: int) -> None:
         """Bring every member up to date at the start of step ``k``: the flow ends there."""
-        for m in list(members.values()):
-            settle(m, k, len(seg_max))
+        upto = len(self.seg_max)
+        for m in list(self.members.values()):
+            self.settle(m, k, upto)
 
-    aggregates = hasattr(cost, "beside_decodes")
-    counting = hasattr(cost, "count_decode_run")  # (a model that counts the steps a run keeps)
-    fresh = StepPlan()
-    for rid, n in plan.num_new_tokens.items():  # the running requests decode in the first step
-        r = by_id[rid]
-        if r.status is _RUNNING:
-            join(r, r.num_computed, 0, r.output_tokens - r.num_generated)
-        else:
-            fresh.num_new_tokens[rid] = n
-    rec = mixed(0, fresh)
-    due_now = None  # the members that need a block at step k, when the last leg found them
-    k = 1
-    while True:
-        t = times[k]
-        arrival = eng.next_arrival_for(rep)
-        if eng._wait(rep, t, arrival):
-            yield t
-        arrival = eng.next_arrival_for(rep)
-        flush(rec)
-        rec = None
-        if len(members) > sched.budget():  # (the policy gives some of them no token)
-            materialize(k)
-            return t
-        if sched.waiting:  # admission beside the members' decodes
-            due = [m for m in members.values() if m.due == k] if due_now is None else due_now
-            if due:
-                if not kv.can_allocate(len(due)):
-                    materialize(k)
-                    return t
-                kv.add_blocks([(m.r.id, 1) for m in due])
-                for m in due:
-                    m.due += bs
-            p = sched.plan_beside_decodes(t)
-            due_now = None
-            if _admits_whole(p, sched, by_id):
-                rec = mixed(k, p)
-                k += 1
-                continue
-            materialize(k)
-            return (yield from eng._step(rep, sched.with_decodes(p), t))
-        if not members:
-            return t
-        if k >= FLOW_STEPS:
-            materialize(k)
-            return t
-        leg = decode_leg(k, arrival)
-        if leg is None:
-            materialize(k)
-            return t
-        k, rec, due_now = leg
-
+    def run(self, plan):
+        """Run ``plan`` (``enters`` holds) as the flow's first step, then its decode steps and
+        the admissions beside them (a generator the engine's loop yields from; it returns the
+        time the loop goes on at)."""
+        rep, sched, kv, by_id, members, times = self.rep, self.sched, self.kv, self.by_id, self.members, self.times
+        fresh = StepPlan()
+        for rid, n in plan.num_new_tokens.items():  # the running requests decode in the first step
+            r = by_id[rid]
+            if r.status is _RUNNING:
+                self.join(r, r.num_computed, 0, r.output_tokens - r.num_generated)
+            else:
+                fresh.num_new_tokens[rid] = n
+        rec = self.mixed(0, fresh)
+        due_now = None  # the members that need a block at step k, when the last leg found them
+        k = 1
+        while True:
+            t = times[k]
+            arrival = rep.next_arrival()
+            if rep.must_wait(t, arrival):
+                yield t
+            arrival = rep.next_arrival()
+            self.flush(rec)
+            rec = None
+            if len(members) > sched.budget():  # (the policy gives some of them no token)
+                self.materialize(k)
+                return t
+            if sched.waiting:  # admission beside the members' decodes
+                due = [m for m in members.values() if m.due == k] if due_now is None else due_now
+                if due:
+                    if not kv.can_allocate(len(due)):
+                        self.materialize(k)
+                        return t
+                    kv.add_blocks([(m.r.id, 1) for m in due])
+                    for m in due:
+                        m.due += kv.block_size
+                p = sched.plan_beside_decodes(t)
+                due_now = None
+                if _admits_whole(p, sched, by_id):
+                    rec = self.mixed(k, p)
+                    k += 1
+                    continue
+                self.materialize(k)
+                return (yield from rep.step(sched.with_decodes(p), t))
+            if not members:
+                return t
+            if k >= FLOW_STEPS:
+                self.materialize(k)
+                return t
+            leg = self.decode_leg(k, arrival)
+            if leg is None:
+                self.materialize(k)
+                return t
+            k, rec, due_now = leg
 
 
 def _admits_whole(p, sched, by_id: dict) -> bool:

@@ -1,4 +1,5 @@
-"""Replicas that share no state, simulated in several processes (``engine.workers``).
+"""Running an engine to completion (``run_engine``), and replicas that share no state,
+simulated in several processes (``engine.workers``).
 
 With a router that reads no replica load and knows its turns in advance (``round_robin``), no
 prefill/decode disaggregation and open-loop arrivals, what happens on one replica depends only on
@@ -13,6 +14,7 @@ from __future__ import annotations
 import multiprocessing as mp
 
 from sim.cluster import ROUTERS
+from sim.engine import Engine, SimOutput
 from sim.errors import ConfigError
 from sim.metrics.requestlog import RequestLog
 from sim.metrics.steplog import ItlLog, StepLog
@@ -37,9 +39,23 @@ def shard_refusal(cfg) -> str | None:
     return None
 
 
-def _run(args):
-    from sim.engine import run_shard
+def run_engine(cfg, progress=None, stream_to=None) -> SimOutput:
+    """Build the pipeline for ``cfg`` and run it to completion (``stream_to``: the Parquet file
+    request rows are streamed to, with ``output.stream``). With ``engine.workers`` > 1 the
+    replicas are shared out over processes (``run_sharded``)."""
+    workers = min(cfg.engine.workers, cfg.cluster.replicas)
+    if workers > 1:
+        return run_sharded(cfg, workers, progress)
+    return Engine(cfg, progress, stream_to=stream_to).run()
 
+
+def run_shard(cfg, shard: tuple[int, int]) -> SimOutput:
+    """One process's part of a sharded run: the replicas i with i % n == w for ``shard`` (w, n)
+    (no progress bar, no streaming)."""
+    return Engine(cfg, shard=shard).run()
+
+
+def _run(args):
     cfg, shard = args
     return run_shard(cfg, shard)
 

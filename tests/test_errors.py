@@ -23,12 +23,12 @@ class Simulated(BaseException):
 
 @pytest.fixture
 def tripwire(monkeypatch):
-    import sim.engine
+    import sim.shards
 
     def boom(*a, **k):
         raise Simulated("a bad input reached the simulator")
 
-    monkeypatch.setattr(sim.engine, "run_engine", boom)
+    monkeypatch.setattr(sim.shards, "run_engine", boom)
 
 
 def one_error(capsys, argv, code=2) -> str:
@@ -164,12 +164,12 @@ def test_python_api_types(tripwire):
 
 def test_bug_is_one_line_unless_debug(capsys, monkeypatch):
     """A genuine bug is one 'internal error' line (exit 1); SERVESIM_DEBUG=1 raises it."""
-    import sim.engine
+    import sim.shards
 
     def bug(*a, **k):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(sim.engine, "run_engine", bug)
+    monkeypatch.setattr(sim.shards, "run_engine", bug)
     line = one_error(capsys, ["run", "--quiet", "--out", "/nonexistent-dir-for-test/o"], code=1)
     assert line.startswith("servesim: internal error: ZeroDivisionError: boom")
     monkeypatch.setenv("SERVESIM_DEBUG", "1")

@@ -167,16 +167,16 @@ def test_flow_with_step_rows_is_not_entered():
     """Per-step rows need each step's batch: flows run only without them."""
     cfg = tiny_config(cluster={"replicas": 2}, workload={"rate": 20.0, "num_requests": 200})
     seen = []
-    real = flow_mod.flow
+    real = flow_mod.Flow.run
 
-    def spy(*a):
+    def spy(self, plan):
         seen.append(1)
-        return real(*a)
+        return real(self, plan)
 
-    with patched(engine, "flow", spy):
+    with patched(flow_mod.Flow, "run", spy):
         simulate(cfg)
     assert not seen
-    with patched(engine, "flow", spy):
+    with patched(flow_mod.Flow, "run", spy):
         simulate({**cfg, "output": {"step_records": False, "plots": False, "progress": False}})
     assert seen
 

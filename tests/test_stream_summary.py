@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conftest import tiny_config, uniform_workload
 from sim import simulate
 from sim.config import load_config
-from sim.engine import run_engine
+from sim.shards import run_engine
 from sim.metrics.columns import FrameColumns, ParquetColumns
 from sim.metrics.records import requests_frame
 from sim.metrics.summary import clean_json, summarize

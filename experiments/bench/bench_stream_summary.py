@@ -87,7 +87,7 @@ CHILD = r"""
 import json, resource, sys, time
 import pyarrow.parquet as pq
 from sim.config import load_config
-from sim.engine import run_engine
+from sim.shards import run_engine
 from sim.metrics.columns import ParquetColumns
 from sim.metrics.summary import clean_json, summarize
 mode, path, end, cfg = sys.argv[1], sys.argv[2], float(sys.argv[3]), json.loads(sys.argv[4])
