@@ -311,8 +311,10 @@ class Engine:
         if self.faults:  # a fault's start or end, a crash or a restart, ends the run as an arrival does
             arrival = min(arrival, self.faults.next_change(rep.idx, start))
             cost = self._cost(rep, start)
+        wake = rep.scheduler.wake_at(start)  # so does the policy's own time
+        bound = arrival if wake is None or wake >= arrival else wake
         through = self.through_finishes and rep.scheduler.decodes_through_finishes()
-        run = decode_run(reqs, rep.kv, cost, start, arrival, self.steps.keep_rows, rep.step_s, through)
+        run = decode_run(reqs, rep.kv, cost, start, bound, self.steps.keep_rows, rep.step_s, through)
         if not run.steps:
             return None
         times = run.times
@@ -442,7 +444,8 @@ class Engine:
     def _replica(self, rep: Replica):
         """One replica's simpy process: its loop (``_serve``) until it stops, crashes or is
         released (a crash interrupts it: the step in progress is discarded). The loop yields the
-        time it waits for, or None to sleep until ``poke``d (it is then sent the time it woke)."""
+        time it waits for, or None to sleep until ``poke``d, or ``(t,)`` to sleep until poked or
+        time ``t`` (the policy's ``wake_at``); it is then sent the time it woke."""
         env, loop = self.env, self._serve(rep)
         try:
             until = next(loop)
@@ -450,6 +453,11 @@ class Engine:
                 if until is None:
                     rep.wake = env.event()
                     yield rep.wake
+                    rep.wake = None
+                    until = loop.send(env.now)
+                elif until.__class__ is tuple:
+                    rep.wake = env.event()
+                    yield rep.wake | _At(env, until[0])
                     rep.wake = None
                     until = loop.send(env.now)
                 else:
@@ -461,9 +469,10 @@ class Engine:
     def _serve(self, rep: Replica):
         """One replica's loop: plan, then one step or one fast-forwarded run; sleep when idle.
         ``now`` is the replica's clock: ahead of simpy's (``env.now``) while the replica runs
-        ahead. A generator: it yields the time it must wait for (the arrivals up to then reach
-        its scheduler first), or None to sleep until a request reaches it (it is sent the time it
-        woke); ``_replica`` runs it under simpy, ``sim.apart`` without."""
+        ahead. A generator that ``_replica`` runs under simpy: it yields the time it must wait
+        for (the arrivals up to then reach its scheduler first), or None to sleep until a request
+        reaches it, or ``(t,)`` to sleep until then or time ``t``, when every request it holds
+        waits for the policy's ``wake_at`` time ``t`` (it is sent the time it woke)."""
         env, sched = self.env, rep.scheduler
         idle_plans = 0  # plans in a row that computed nothing
         now = env.now
@@ -482,6 +491,12 @@ class Engine:
                     lifecycle.commit(plan, self.by_id, now)
                     self._abort(plan)
                 if sched.has_work():
+                    wake = None if moved else sched.wake_at(now)
+                    if wake is not None and wake > now:  # the policy holds them until then
+                        if now > env.now:
+                            yield now
+                        now = yield (wake,)
+                        continue
                     idle_plans += 1
                     if not moved or idle_plans > 2:  # no progress: stuck requests become counted aborts
                         for r, reason in sched.drop_stuck():

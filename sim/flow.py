@@ -326,7 +326,8 @@ class Flow:
             if k >= FLOW_STEPS:
                 self.materialize(k)
                 return t
-            leg = self.decode_leg(k, arrival)
+            wake = sched.wake_at(t)  # the policy's own time ends the leg as an arrival does
+            leg = self.decode_leg(k, arrival if wake is None or wake >= arrival else wake)
             if leg is None:
                 self.materialize(k)
                 return t

@@ -21,10 +21,58 @@ from sim.types import StepPlan
 REGISTRY: dict[str, type["Scheduler"]] = {}
 
 
+DECISION_HOOKS = ("schedule", "schedule_running", "schedule_waiting", "budget", "running_order", "queue_key",
+                  "victim", "chunk", "admissible", "reserve", "release", "overlapped", "add", "requeue",
+                  "form_batch", "wake_at")
+"""The methods a policy decides with: a class that defines one of them in its own body says in
+that body what the fast paths may assume of it (``register`` checks)."""
+PROMISES = ("steady", "decode_batch", "decodes_through_finishes", "admits_beside_decodes", "plan_beside_decodes")
+"""What a policy vouches for to the fast paths (``Scheduler``'s defaults promise nothing)."""
+
+
+def fast_path_refusal(cls) -> str | None:
+    """Why ``cls`` may not be registered as it is (None when it may): a class that overrides a
+    decision hook must state in its own body what the fast paths may assume, rather than
+    inherit promises made for other hooks (docs/policies.md, "Fast paths"):
+
+    - a ``BudgetScheduler`` subclass states ``queue_static`` (and ``chunk_keeps_single_tokens``
+      when it overrides ``chunk``);
+    - any other policy restates each promise (``steady``, ``decode_batch``, ...) it would
+      inherit from a class other than ``Scheduler``, whose defaults promise nothing."""
+    own = [h for h in DECISION_HOOKS if h in cls.__dict__]
+    if not own:
+        return None
+    hooks = ", ".join(own)
+    if issubclass(cls, BudgetScheduler):
+        if "queue_static" not in cls.__dict__:
+            return (f"{cls.__name__} overrides {hooks} but does not say whether the fast paths may assume its "
+                    f"decisions stay put during a run of decode steps: set `queue_static = False` in "
+                    f"{cls.__name__} if its queue order, admission test, running order or budget reads the time or "
+                    "the running requests' progress (the safe choice: decode runs then stop while requests wait), "
+                    "or `queue_static = True` if none can change until a request arrives or finishes, a block "
+                    "runs out or its `wake_at` time comes (docs/policies.md, 'Fast paths')")
+        if "chunk" in cls.__dict__ and "chunk_keeps_single_tokens" not in cls.__dict__:
+            return (f"{cls.__name__} overrides chunk but does not say whether `chunk(r, 1, budget)` is always 1: "
+                    f"set `chunk_keeps_single_tokens` in {cls.__name__} (False is the safe choice; "
+                    "docs/policies.md, 'Fast paths')")
+        return None
+    inherited = [p for p in PROMISES if p not in cls.__dict__ and getattr(cls, p) is not getattr(Scheduler, p)]
+    if inherited:
+        return (f"{cls.__name__} overrides {hooks} but inherits the fast-path promises {', '.join(inherited)} made "
+                f"for its parent's decisions: restate each in {cls.__name__} (returning None / False promises "
+                "nothing; docs/policies.md, 'Fast paths')")
+    return None
+
+
 def register(name: str):
-    """Class decorator: make a policy selectable as ``scheduler.name: <name>``."""
+    """Class decorator: make a policy selectable as ``scheduler.name: <name>``. Refuses a class
+    that overrides a decision hook without stating what the fast paths may assume of it
+    (``fast_path_refusal``): a ``TypeError`` naming the fix, when the module is imported."""
 
     def deco(cls):
+        why = fast_path_refusal(cls)
+        if why:
+            raise TypeError(f"cannot register scheduler {name!r}: {why}")
         cls.name = name
         REGISTRY[name] = cls
         return cls
@@ -136,6 +184,14 @@ class Scheduler:
 
     def schedule(self, now: float) -> StepPlan:
         raise NotImplementedError
+
+    def wake_at(self, now: float) -> float | None:
+        """The earliest time after ``now`` at which this policy's plan may change although
+        nothing else happens (a request held until a time, a timer of its own); None: never.
+        The engine wakes an idle replica then (it does not drop requests that only wait for
+        that time) and ends fast-forwarded runs at the first step that starts at or after it.
+        The default: None."""
+        return None
 
     def decode_batch(self) -> list[Request] | None:
         """The running requests, in the order ``schedule`` would give them their tokens, when
@@ -311,8 +367,11 @@ class BudgetScheduler(Scheduler):
             sort_key_queue(self.waiting, req, self.queue_key)
 
     queue_static: ClassVar[bool] = True
-    """True when neither the waiting queue's order nor the admission test can change during a
-    run of decode steps (no time-dependent keys, no test reading running requests' progress)."""
+    """True when none of this policy's decisions (the waiting queue's order, the admission test,
+    the running order, the budget, the chunks) can change during a run of decode steps until a
+    request arrives or finishes, a block runs out or the policy's ``wake_at`` time comes (no
+    time-dependent keys, no test reading the running requests' progress). A subclass that
+    overrides a decision hook states it in its own body (``register`` checks)."""
 
     def steady(self) -> bool:
         # schedule_running gives each running request its next token in running order again.

@@ -22,6 +22,7 @@ def priority_key(r):
 @register("priority")
 class PriorityScheduler(VLLMV1Scheduler):
     queue_key = staticmethod(priority_key)
+    queue_static = True  # (priority, arrival) keys never change
 
     def victim(self):
         return max(self.running, key=priority_key)

@@ -37,6 +37,8 @@ class SarathiKnobs(Knobs):
 class SarathiScheduler(BudgetScheduler):
     Knobs = SarathiKnobs
 
+    queue_static = True  # FCFS, a fixed chunk budget; decodes first whatever their progress
+
     def budget(self) -> int:
         return self.knobs.chunk_size
 

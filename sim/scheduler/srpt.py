@@ -18,6 +18,8 @@ from sim.scheduler.sjf import SJFScheduler
 
 @register("srpt")
 class SRPTScheduler(SJFScheduler):
+    queue_static = False  # aged keys (as sjf)
+
     def length(self, r) -> float:
         return self.predicted_remaining(r)
 

@@ -56,6 +56,7 @@ class TRTLLMKnobs(Knobs):
 class TRTLLMScheduler(BudgetScheduler):
     Knobs = TRTLLMKnobs
     queue_static = False  # the batch-waiting counter moves with every step
+    chunk_keeps_single_tokens = True  # a generation token is never split or refused
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -40,6 +40,9 @@ class VLLMV1Scheduler(BudgetScheduler):
     def overlapped(self) -> bool:
         return self.knobs.async_scheduling
 
+    queue_static = True  # FCFS, a fixed budget: nothing moves while the batch only decodes (async scheduling is ``overlapped``)
+    chunk_keeps_single_tokens = True  # the threshold is at least 1
+
     def chunk(self, r, want, budget):
         cap = self.knobs.long_prefill_token_threshold
         return min(want, budget, cap if cap is not None else want)
