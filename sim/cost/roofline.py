@@ -120,6 +120,7 @@ class _MemoryBound(NamedTuple):
     p: object  # the parameters these were computed for
     ok: bool  # memory-bound (see ``_memory_bound_terms``)
     runs: dict  # the short-run loop's constants by batch size (``_memory_bound_run``)
+    lin: tuple | None  # (F, K, QB) of ``_decode_terms`` when it is linear (``_decode_linear``)
     K: int  # KV bytes per cached token of one layer
     QB: int  # query and output bytes per sequence of one layer
     db: float  # effective memory bandwidth
@@ -517,18 +518,40 @@ class RooflineCostModel:
         at or above the kernel floor, all are. ``_price``'s last addition, of a 0.0 swap term, is
         left out: a sum whose first term is ``gemm + 0.0`` is never -0.0, and adding 0.0 to any
         other value returns it unchanged."""
-        sh, p, kvb, b = self.shapes, self.p, self.kvb, self.b
-        K, QB = 2 * sh.kv_heads * sh.head_dim * kvb, 2 * sh.q_heads * sh.head_dim * b
+        p = self.p
+        lin = self._decode_linear()
+        F, K, QB = lin if lin is not None else (0.0, 0, 0)
         df, db = self.attn_peak * p.attn_eff, self.bw * p.mem_eff
-        ok = (not self.layers_window and not sh.mla and type(kvb) is int and type(b) is int
-              and 4.0 * sh.q_heads * sh.head_dim / df * (1.0 + 1e-9) < K / db)
-        self._mb = _MemoryBound(p, ok, {}, K, QB, db, self.layers_full, p.kernel_floor_s, ok and self._plain_decode(),
-                                ok and type(self).attn_decode is RooflineCostModel.attn_decode)
+        ok = (lin is not None and not self.layers_window and type(K) is int and type(QB) is int
+              and F / df * (1.0 + 1e-9) < K / db)
+        self._mb = _MemoryBound(p, ok, {}, lin, K, QB, db, self.layers_full, p.kernel_floor_s,
+                                ok and self._plain_decode(), ok and type(self).attn_decode is RooflineCostModel.attn_decode)
         return self._mb
+
+    _LINEAR_PROBES = ((1, 1), (3, 1000), (257, 123_457), (4096, 1 << 31))
+
+    def _decode_linear(self) -> tuple | None:
+        """(F, K, QB) when ``_decode_terms(n, kv)`` is exactly ``(F * kv, K * kv + QB * n)`` with
+        whole bytes (the GQA form): read off ``_decode_terms`` itself and checked on probe points, so the fast
+        decode pricing below (``_memory_bound_terms``, ``_decode_attn_list``) follows any edit of
+        that one formula, and a formula of another form (MLA's constant term, an edit that is
+        not linear) is priced by the general path instead. None otherwise."""
+        f0, b0 = self._decode_terms(0, 0)
+        F, kb = self._decode_terms(0, 1)
+        _, nb = self._decode_terms(1, 0)
+        if f0 != 0 or b0 != 0:
+            return None
+        K, QB = kb - b0, nb - b0
+        if type(K) is not int or type(QB) is not int:  # (whole bytes: exact in any grouping)
+            return None
+        for n, kv in self._LINEAR_PROBES:
+            if self._decode_terms(n, kv) != (F * kv, K * kv + QB * n):
+                return None
+        return F, K, QB
 
     def _memory_bound_run(self, n: int) -> tuple:
         """The constants of ``decode_totals``' short-run loop for ``n`` sequences (kept in ``_mb``)."""
-        p, _, runs, K, QB, db, full, floor, _, _ = self._mb  # (a tuple: unpacked in field order)
+        p, _, runs, _, K, QB, db, full, floor, _, _ = self._mb  # (a tuple: unpacked in field order)
         gemm, other, comm, _ = self._dense_part(n, n)
         cpu = p.cpu_step_s + p.cpu_per_seq_s * n
         runs[n] = out = (gemm + 0.0, comm, other, cpu, n * QB, n * K, K, db, full, floor)
@@ -553,15 +576,15 @@ class RooflineCostModel:
         """Decode attention of all layers for ``steps`` consecutive steps, one Python float each
         (the operations of ``_price``, in order: the short-run twin of ``_decode_attn_series``)."""
         full, win, W = self.layers_full, self.layers_window, self.shapes.window
-        sh, p = self.shapes, self.p
-        if not win and not sh.mla:  # _roof(_decode_terms) inlined: the same operations, in order
-            fl = 4.0 * sh.q_heads * sh.head_dim
-            kvk, kvb = 2 * sh.kv_heads * sh.head_dim, self.kvb
-            qb = n * 2 * sh.q_heads * sh.head_dim * self.b
+        p = self.p
+        mb = self._mb if self._mb is not None and self._mb.p is p else self._memory_bound_terms()
+        if not win and mb.lin is not None:  # _roof(_decode_terms) inlined with its own constants
+            fl, kvk, qb1 = mb.lin
+            qb = n * qb1
             df, db, floor = self.attn_peak * p.attn_eff, self.bw * p.mem_eff, p.kernel_floor_s
             out = []
             for kv in range(kv_tokens, kv_tokens + steps * n, n):
-                a, b = fl * kv / df, (kv * kvk * kvb + qb) / db
+                a, b = fl * kv / df, (kv * kvk + qb) / db
                 r = a if a >= b else b
                 out.append(full * (r if r >= floor else floor))
             return out
