@@ -158,7 +158,7 @@ class Cost(_Strict):
     model: Literal["auto", "roofline", "profiled", "kerneldb"] = Field(
         default="auto", description=(
             "auto: profiled when a profile exists for (hardware, model, dtype), else the kernel database "
-            "when installed (extra kernels-db) and covering the GPU and dtype, else roofline"))
+            "when it covers the GPU and dtype, else roofline (the summary says why)"))
     framework: Literal["vllm", "sglang", "trtllm"] = Field(
         default="vllm", description="serving framework whose kernels (and engine overhead) price the steps (kerneldb)")
     framework_version: str | None = Field(

@@ -564,7 +564,7 @@ def output(eng: Engine, end: float) -> SimOutput:
         workload_info=dict(eng.workload.info), cost_source=cost.source,
         cost_params={"source": cost.params_source, **cost.p.as_dict()},
         out_of_range=cost.out_of_range_total(), kv_blocks_per_replica=eng.mem.num_gpu_blocks,
-        cost_info=cost.describe() if hasattr(cost, "describe") else None,
+        cost_info=cost.describe() if hasattr(cost, "describe") else None,  # (None: the source and params)
         warnings=eng.warnings + clip_warnings(eng.workload.info, cfg, eng.admitted),
         faults=eng.dynamics.log.summary(eng.faults, end) if cfg.faults.events else None,
         fleet=eng.dynamics.fleet)

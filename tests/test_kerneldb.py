@@ -21,7 +21,7 @@ from sim.cost import make_cost_model
 from sim.types import COMPONENTS, BatchShape
 
 needs_db = pytest.mark.skipif(kd.package_root() is None,
-                              reason="aiconfigurator-core (extra kernels-db) is not installed")
+                              reason="aiconfigurator-core (a dependency) is not installed")
 
 
 @pytest.fixture(autouse=True)
@@ -188,7 +188,7 @@ def test_demanding_the_database_without_it_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(kd, "package_root", lambda: None)
     assert main(["run", "--cost-model", "kerneldb", "--num-requests", "5", "--quiet", "--no-plots"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "not installed" in err[0] and "kernels-db" in err[0]
+    assert len(err) == 1 and "not installed" in err[0] and "aiconfigurator-core==0.12.0" in err[0]
 
 
 @pytest.mark.parametrize("args, words", [
@@ -197,7 +197,7 @@ def test_demanding_the_database_without_it_is_one_line(monkeypatch, capsys):
 ])
 def test_bad_framework_or_version_is_one_line(args, words, capsys, tmp_path):
     if "versions:" in words and kd.package_root() is None:
-        pytest.skip("aiconfigurator-core (extra kernels-db) is not installed")
+        pytest.skip("aiconfigurator-core (a dependency) is not installed")
     assert main(["run", *args, "--num-requests", "5", "--quiet", "--no-plots", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
@@ -248,7 +248,7 @@ def test_validate_silicon_end_to_end_on_three_rows(tmp_path, capsys):
 ])
 def test_validate_silicon_bad_inputs_are_one_line(args, words, capsys, tmp_path):
     if kd.package_root() is None and "limit" not in words:
-        pytest.skip("aiconfigurator-core (extra kernels-db) is not installed")
+        pytest.skip("aiconfigurator-core (a dependency) is not installed")
     assert main(["validate-silicon", *args, "--quiet", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
@@ -258,7 +258,7 @@ def test_validate_silicon_without_the_package_is_one_line(monkeypatch, capsys, t
     monkeypatch.setattr(kd, "package_root", lambda: None)
     assert main(["validate-silicon", "--quiet", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "kernels-db" in err[0]
+    assert len(err) == 1 and "aiconfigurator-core==0.12.0" in err[0]
 
 
 @pytest.mark.parametrize("think, ramp", [(0.0, 3.0), (0.2, 0.0), (0.0, 0.0)])
@@ -470,3 +470,19 @@ def test_fast_forward_counts_only_the_steps_a_run_keeps():
     on, off = both(cfg)
     assert_identical(on, off)
     assert on.summary["sim"]["out_of_range_queries"] > 100
+
+
+def test_auto_on_a_gpu_the_database_lacks_says_why_it_uses_the_roofline(capsys, tmp_path):
+    """The database is the default; where it does not cover the GPU, ``auto`` prices with the
+    roofline and the summary and the table say so."""
+    if kd.package_root() is None:
+        pytest.skip("aiconfigurator-core (a dependency) is not installed")
+    assert main(["run", "--hardware", "mi300x", "--num-requests", "20", "--no-plots", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "cost model roofline (the kernel database does not cover mi300x" in out
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["sim"]["cost_model"] == "roofline"
+    assert "does not cover mi300x" in s["cost_model"]["why_not_kerneldb"]
+    assert main(["run", "--num-requests", "20", "--no-plots", "--out", str(tmp_path / "h100")]) == 0
+    s = json.loads((tmp_path / "h100" / "summary.json").read_text())
+    assert s["sim"]["cost_model"] == "kerneldb"

@@ -20,7 +20,7 @@ from sim.cost import make_cost_model
 from sim.types import BatchShape
 
 needs_db = pytest.mark.skipif(kd.package_root() is None,
-                              reason="aiconfigurator-core (extra kernels-db) is not installed")
+                              reason="aiconfigurator-core (a dependency) is not installed")
 
 
 @pytest.fixture(autouse=True)

@@ -95,7 +95,7 @@ def test_quick_run_roofline(tmp_path):
     assert float(recs[0]["roofline_predicted"]) == pytest.approx(RooflineParams().attn_eff * peak, rel=0.01)
 
 
-@pytest.mark.skipif(kd.package_root() is None, reason="aiconfigurator-core (extra kernels-db) is not installed")
+@pytest.mark.skipif(kd.package_root() is None, reason="aiconfigurator-core (a dependency) is not installed")
 def test_quick_run_kerneldb(tmp_path):
     recs, summary = _run(tmp_path, "roofline,kerneldb")
     for r in recs:

@@ -39,7 +39,7 @@ def main() -> None:
     from sim.cost import kerneldb_data as kd
 
     if kd.package_root() is None:
-        print("skipped: aiconfigurator-core (extra kernels-db) is not installed")
+        print("skipped: aiconfigurator-core (a dependency) is not installed")
         return
     system, version = kd.resolve("h200-sxm", "vllm", None)
     t = time.perf_counter()

@@ -32,6 +32,8 @@ def cost_line(s: dict) -> str:
     if cm.get("framework"):
         return (f"{s['sim']['cost_model']} ({cm['source']} {cm['package_version']}: {cm['framework']} "
                 f"{cm['framework_version']} on {cm['system']})")
+    if cm.get("why_not_kerneldb"):
+        return f"{s['sim']['cost_model']} ({cm['why_not_kerneldb']})"
     return s["sim"]["cost_model"]
 
 

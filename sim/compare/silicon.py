@@ -48,7 +48,7 @@ run that checkpoint (gpt-oss: mxfp4 experts, bf16 elsewhere)."""
 def csv_path() -> Path:
     root = kd.package_root()
     if root is None:
-        raise kd.KernelDbUnavailable("the measured runs come with the kernel database: pip install -e '.[kernels-db]' in the servesim checkout")
+        raise kd.KernelDbUnavailable("the measured runs come with the kernel database: pip install aiconfigurator-core==0.12.0, a dependency of servesim")
     return root / "systems" / "silicon_sample.csv"
 
 

@@ -31,8 +31,11 @@ def make_cost_model(cfg, model, hw) -> CostModel:
         if cfg.cost.model == "profiled":
             raise ConfigError(f"cost.model: no profile for ({hw.id}, {model.id}, {cfg.dtype}); run servesim profile + fit, or use auto")
         cm = _kerneldb(cfg, model, hw, params, kw)
-        if cm is not None:
+        if not isinstance(cm, str):
             return cm
+        why = cm  # (auto: why the kernel database does not price this run)
+    else:
+        why = None
     source = "defaults"
     if cfg.cost.roofline == type(cfg.cost.roofline)():  # the user set no factor: use fitted GPU ones
         fitted = fitted_gpu_average(cfg.cost.profiles_dir)
@@ -42,12 +45,14 @@ def make_cost_model(cfg, model, hw) -> CostModel:
             source = f"fitted on profiled GPUs ({path})"
     cm = RooflineCostModel(model, hw, params=params, **kw)
     cm.params_source = source
+    cm.fallback_reason = why
     return cm
 
 
 def _kerneldb(cfg, model, hw, params: RooflineParams, kw: dict):
-    """The kernel-database model, or None under ``auto`` when it is not installed or does not cover
-    the request (``cost.model: kerneldb`` turns that into a one-line ConfigError). A framework
+    """The kernel-database model, or under ``auto`` the reason it cannot price the run (a string:
+    not installed, or it does not cover the request; ``cost.model: kerneldb`` turns that into a
+    one-line ConfigError). A framework
     version the user named must exist, under ``auto`` too. The fitted engine overhead replaces the
     roofline's CPU defaults unless the user set ``cost.roofline.cpu_*``."""
     from sim.cost.kerneldb import load_kerneldb_cost_model
@@ -56,14 +61,14 @@ def _kerneldb(cfg, model, hw, params: RooflineParams, kw: dict):
 
     c = cfg.cost
     if package_root() is None and c.model == "auto":
-        return None
+        return "aiconfigurator-core, the kernel database, is not installed"
     try:
         cm = load_kerneldb_cost_model(model, hw, framework=c.framework, version=c.framework_version,
                                       params=params, **kw)
     except KernelDbUnavailable as e:
         if c.model == "kerneldb" or (c.framework_version is not None and "versions:" in str(e)):
             raise ConfigError(f"cost.model kerneldb: {e}") from None
-        return None
+        return str(e)
     user = c.roofline.model_dump()
     default = type(c.roofline)().model_dump()
     for k in ("cpu_step_s", "cpu_per_seq_s"):

@@ -1,5 +1,5 @@
 """Kernel-database cost model: every GPU operator of a step priced from measured CUDA kernel
-latencies of the aiconfigurator-core database (optional extra ``kernels-db``; data read from the
+latencies of the aiconfigurator-core database (a dependency, pinned in pyproject.toml; data read from the
 installed package by ``sim.cost.kerneldb_data``), per framework (vLLM, SGLang, TRT-LLM) and version.
 
 Per decoder layer on one GPU (shapes from ``sim.cost.ops``; tensor parallelism shards n or k):

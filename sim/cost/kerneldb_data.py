@@ -1,5 +1,5 @@
-"""Reading the aiconfigurator-core kernel database (an optional extra: ``pip install -e
-".[kernels-db]"``) into small numpy grids, cached under the user's cache folder.
+"""Reading the aiconfigurator-core kernel database (a dependency of servesim, pinned in
+``pyproject.toml``) into small numpy grids, cached under the user's cache folder.
 
 The package ships measured CUDA kernel latencies (milliseconds) as Parquet tables:
 ``<package>/systems/data/<system>/<op family>/<framework>/<version>/*.parquet``. This module
@@ -94,7 +94,7 @@ def _vkey(v: str):
 def data_dir(system: str) -> Path:
     root = package_root()
     if root is None:
-        raise KernelDbUnavailable(f"the kernel database is not installed (pip install -e '.[kernels-db]' in the servesim checkout)")
+        raise KernelDbUnavailable(f"the kernel database is not installed (pip install aiconfigurator-core==0.12.0, a dependency of servesim)")
     return root / "systems" / "data" / system
 
 
@@ -117,7 +117,7 @@ def framework_versions(system: str, framework: str) -> list[str]:
 def resolve(hardware_id: str, framework: str, version: str | None) -> tuple[str, str]:
     """(system, version) for a catalog GPU, framework and optional version (newest by default)."""
     if package_root() is None:
-        raise KernelDbUnavailable("the kernel database is not installed (pip install -e '.[kernels-db]' in the servesim checkout)")
+        raise KernelDbUnavailable("the kernel database is not installed (pip install aiconfigurator-core==0.12.0, a dependency of servesim)")
     system = SYSTEMS.get(hardware_id)
     if system is None or not data_dir(system).is_dir():
         raise KernelDbUnavailable(f"the kernel database does not cover {hardware_id} "

@@ -141,6 +141,16 @@ class RooflineCostModel:
 
     source = "roofline"
     params_source = "defaults"  # or where fitted efficiency factors came from
+    fallback_reason: str | None = None
+    """Why the measured kernel database does not price this run (``cost.model: auto`` fell back)."""
+
+    def describe(self) -> dict | None:
+        """What priced the run, for ``summary.json``'s ``cost_model`` block: only when the
+        roofline stands in for the kernel database (with the reason); None otherwise."""
+        if self.fallback_reason is None:
+            return None
+        return {"source": "roofline (analytic)", "params_source": self.params_source,
+                "why_not_kerneldb": self.fallback_reason}
 
     def __init__(self, model: ModelCard, hw: HardwareCard, *, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", kv_dtype: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
