@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from sim.config import Config, load_config
 from sim.errors import ConfigError, ServesimWarning
-from sim.metrics.columns import ParquetColumns
-from sim.metrics.records import requests_frame, steps_frame
-from sim.metrics.summary import clean_json, summarize
+
+# pandas, pyarrow and the metrics stage are imported when a run has ended, not before it starts
+# (start-up time: docs/design-decisions.md, "Start-up")
 
 
 @dataclass
@@ -44,6 +43,8 @@ class Results:
         columns you need with ``pandas.read_parquet(res.requests_path, columns=[...])``, or by
         row group with pyarrow."""
         if self._requests is None and self.requests_path is not None:
+            import pandas as pd
+
             return pd.read_parquet(self.requests_path).sort_values("request_id", kind="stable", ignore_index=True)
         return self._requests
 
@@ -108,6 +109,10 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
             bar.close()
     for w in sim_out.warnings:  # each once per run
         warnings.warn(w, ServesimWarning, stacklevel=2)
+    from sim.metrics.columns import ParquetColumns
+    from sim.metrics.records import requests_frame, steps_frame
+    from sim.metrics.summary import clean_json, summarize
+
     # a streamed run's summary reads requests.parquet a batch (and one latency column) at a time
     req = ParquetColumns(stream_to) if stream_to else requests_frame(sim_out)
     sim_out.requests.clear()  # the rows are in req now: their log goes before the summary's peak (the ITL sort)
@@ -144,6 +149,8 @@ def write_results(res: Results, out: Path, *, plots: bool = True) -> None:
         res.steps.to_parquet(out / "steps.parquet", index=False)
     auto = res.summary.get("autoscale")
     if auto:  # the fleet over time: replicas provisioned and serving, cumulative cost
+        import pandas as pd
+
         pd.DataFrame(auto["series"]).to_parquet(out / "fleet.parquet", index=False)
     (out / "config.yaml").write_text(yaml.safe_dump(res.config.to_dict(), sort_keys=False))
     if plots:

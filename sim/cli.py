@@ -25,16 +25,18 @@ from pathlib import Path
 
 from sim.errors import ServesimError, ServesimWarning
 
-COMMANDS = [
-    "sim.commands.run",
-    "sim.commands.catalog",
-    "sim.commands.trace",
-    "sim.commands.profile",
-    "sim.commands.calibrate",
-    "sim.commands.sweep",
-    "sim.commands.compare",
-    "sim.commands.validate_silicon",
-]
+COMMANDS = {
+    "sim.commands.run": ("run",),
+    "sim.commands.catalog": ("catalog",),
+    "sim.commands.trace": ("trace",),
+    "sim.commands.profile": ("profile",),
+    "sim.commands.calibrate": ("fit", "validate"),
+    "sim.commands.sweep": ("sweep", "capacity", "plan", "ab", "report"),
+    "sim.commands.compare": ("compare",),
+    "sim.commands.validate_silicon": ("validate-silicon",),
+}
+"""Each module and the subcommands it registers (``build_parser`` imports only the module of the
+command being run: some build their help from heavy modules, and start-up time counts)."""
 
 EXIT_USAGE = 2
 EXIT_BUG = 1
@@ -56,10 +58,14 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; given the command line, only the module of its command registers (every
+    module registers for ``--help``, a usage error or an unknown command)."""
     parser = Parser(prog="servesim", description="Simulate LLM inference serving before buying GPUs.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    first = next((a for a in argv or () if not a.startswith("-")), None)
+    mine = [m for m, names in COMMANDS.items() if first in names]
+    for name in mine or COMMANDS:
         importlib.import_module(name).register(sub)
     return parser
 
@@ -96,7 +102,8 @@ def _on_sigterm(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else argv
+        args = build_parser(argv).parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2, its line already printed)
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     if not getattr(args, "func", None):

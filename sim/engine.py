@@ -30,7 +30,6 @@ from sim.fastforward import decode_run, steady_decode
 from sim.flow import Flow, enters
 from sim.kv import KVManager, make_kv_manager
 from sim.metrics.requestlog import RequestLog
-from sim.metrics.records import ParquetSink
 from sim.metrics.steplog import ItlLog, ItlSketch, StepLog
 from sim.request import Request
 from sim.scheduler import REGISTRY
@@ -162,7 +161,12 @@ class Engine:
         self.sched_cls, self.knobs = REGISTRY[cfg.scheduler.name], cfg.scheduler.knobs()
         self.warnings: list[str] = prefix_caching_warnings(cfg)
         # rows of the requests that left; with output.stream they go to ``stream_to`` in chunks
-        self.sink = ParquetSink(stream_to) if stream_to is not None else None
+        if stream_to is not None:
+            from sim.metrics.records import ParquetSink  # (pyarrow: imported only when streaming)
+
+            self.sink = ParquetSink(stream_to)
+        else:
+            self.sink = None
         self.requests = RequestLog(self.sink, cfg.output.stream_chunk_rows)
         self.by_id: dict[int, Request] = {}  # the requests in flight
         self.admitted = 0
