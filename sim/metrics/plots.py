@@ -30,10 +30,22 @@ def save(fig, out: Path, name: str) -> list[str]:
     return files
 
 
+CDF_POINTS = 2000
+"""Most points one CDF line draws: beyond it, the sorted values at evenly spaced ranks (the
+first and last kept), which a figure cannot tell from every point."""
+SCATTER_MARKERS = 5000
+"""Most requests drawn as one marker each; more are drawn as a hexagonal 2D histogram (one
+marker per request made figures the largest cost of a run of 100,000 requests)."""
+
+
 def cdf(ax, values, label, unit_scale=1.0):
     v = np.sort(np.asarray(values, float)[np.isfinite(values)]) * unit_scale
     if v.size:
-        ax.plot(v, np.arange(1, v.size + 1) / v.size, label=label, lw=1.6)
+        y = np.arange(1, v.size + 1) / v.size
+        if v.size > CDF_POINTS:
+            keep = np.unique(np.linspace(0, v.size - 1, CDF_POINTS).round().astype(np.int64))
+            v, y = v[keep], y[keep]
+        ax.plot(v, y, label=label, lw=1.6)
 
 
 def binned(steps: pd.DataFrame, cols, bins: int = 300):
@@ -74,7 +86,12 @@ def plot_run(req: pd.DataFrame, steps: pd.DataFrame, out_dir: str | Path, title:
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(10, 3.8))
-    ax.scatter(done["arrival_s"], done["e2e_s"], s=3, alpha=0.5, label="completed")
+    if len(done) <= SCATTER_MARKERS:
+        ax.scatter(done["arrival_s"], done["e2e_s"], s=3, alpha=0.5, label="completed")
+    elif len(done):  # too many markers: requests per hexagonal cell
+        hb = ax.hexbin(done["arrival_s"], done["e2e_s"], gridsize=(120, 30), bins="log", mincnt=1, cmap="viridis",
+                       linewidths=0, rasterized=True)  # (the SVG embeds the cells as one image)
+        fig.colorbar(hb, ax=ax, label="completed requests per cell")
     rej = req[req["status"] == "rejected"]
     if len(rej):
         ax.scatter(rej["arrival_s"], np.zeros(len(rej)), s=8, marker="x", color="crimson", label=f"rejected ({len(rej)})")
