@@ -1,5 +1,5 @@
 """The event engine: the only module that imports simpy, the only orchestrator, the owner of
-simulated time (DESIGN.md section 2).
+simulated time (docs/architecture.md section 2).
 
 One arrival process feeds a router; each replica runs one loop (``Engine._replica``) that asks
 its scheduler for a ``StepPlan``, prices the step's ``BatchShape`` with the cost model, advances
@@ -130,14 +130,19 @@ class Engine:
        first-token requests move to a decode replica (``_transfer``);
     3. ``steps.add`` records the row.
 
-    Fast-forward replaces 2-3 when ``fastforward.steady_decode`` holds: ``_run`` prices the whole
-    run of identical decode steps (``fastforward.decode_run``) up to the next possible arrival
-    (``next_arrival_for``) or fault change, waits once for its end, and applies it with
-    ``lifecycle.complete_run``. It replaces 1 too when the policy knows its plan without making
-    it (``Scheduler.decode_batch``: nothing waits and every running request decodes).
+    SimPy's loop drives every run. The fast paths compute ahead between events, with results
+    identical to single steps:
 
-    A replica that shares no state (``runs_ahead``) does not wait for a step or run that ends
-    before its next arrival can come (``_wait``): its loop keeps its own clock, ahead of simpy's.
+    - decode runs replace 2-3 when ``fastforward.steady_decode`` holds: ``_run`` prices the whole
+      run of identical decode steps (``fastforward.decode_run``) up to the next event (the next
+      possible arrival, ``next_arrival_for``; a fault change; the policy's ``wake_at``), waits
+      once for its end, and applies it with ``lifecycle.complete_run``. They replace 1 too when
+      the policy knows its plan without making it (``Scheduler.decode_batch``);
+    - a replica that shares no state (``runs_ahead``) does not wait for a step or run that ends
+      before its next arrival can come (``_wait``): its process keeps its own clock, ahead of
+      simpy's;
+    - flows (``sim.flow.Flow``) run decode steps and the admissions beside them with the batch
+      held in columns; they reach the engine only through ``Replica``.
 
     Around the loop: ``self.faults`` (``sim/cluster/faults.py``) slows the steps of a straggling
     replica (``_cost``); ``self.dynamics`` (``sim/cluster/dynamics.py``) crashes, restarts and

@@ -1,5 +1,5 @@
 """A request's lifecycle rules, as plain functions: the only code that changes request state
-(DESIGN.md sections 2-3). The engine calls them at its named points (admit, commit a plan,
+(docs/architecture.md sections 2-3). The engine calls them at its named points (admit, commit a plan,
 complete a step, complete a decode run); ``tests/policy_kit.py`` calls the same functions to
 step a scheduler without an engine, and ``calibration/plans.py`` replays step plans with the
 same token-emission rule. No event loop, no simpy, standard library only (the replay runs on a

@@ -141,7 +141,7 @@ def test_goodput_per_slo_class_uses_each_class_limits():
 
 
 def test_only_the_engine_imports_simpy():
-    """The engine owns simulated time (DESIGN.md section 2): the objects it drives (faults and
+    """The engine owns simulated time (docs/architecture.md section 2): the objects it drives (faults and
     autoscaling, closed-loop clients) wait on its environment without importing simpy."""
     import re
     from pathlib import Path

@@ -1,4 +1,4 @@
-"""A million requests (DESIGN.md section 8: under a minute and 2 GB on one core). Prints its
+"""A million requests (docs/architecture.md section 8: under a minute and 2 GB on one core). Prints its
 figures; asserts nothing.
 
     python experiments/bench/bench_scale.py                     # 1,000,000 requests

@@ -1,4 +1,4 @@
-"""Profiled cost model: per-operator table lookups from fitted profiles (DESIGN.md sections 6, 7).
+"""Profiled cost model: per-operator table lookups from fitted profiles (docs/architecture.md sections 6, 7).
 
 A fitted folder ``<root>/<hardware>/<model>/`` (written by ``servesim fit``, see
 docs/calibration.md) holds ``tables.npz`` (one table per (family, dtype, tp, op): sorted grid

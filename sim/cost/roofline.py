@@ -1,4 +1,4 @@
-"""Analytic roofline cost model, per operator (DESIGN.md section 6).
+"""Analytic roofline cost model, per operator (docs/architecture.md section 6).
 
 Each operator of a decoder step (``sim.cost.ops``) is priced as
 

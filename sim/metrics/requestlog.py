@@ -1,6 +1,6 @@
 """Columnar per-request records: a request's row is written when it leaves the simulation
 (finished or rejected; unfinished ones at the end), and its Python object is dropped, so a
-long run holds objects only for the requests in flight (DESIGN.md section 8).
+long run holds objects only for the requests in flight (docs/architecture.md section 8).
 
 With ``output.stream`` the rows also leave memory: every ``chunk_rows`` rows go to a Parquet
 file in chunks (``requests.parquet`` of the results folder) and the summary reads them back
