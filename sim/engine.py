@@ -33,7 +33,8 @@ from sim.metrics.requestlog import RequestLog
 from sim.metrics.steplog import ItlLog, ItlSketch, StepLog
 from sim.request import Request
 from sim.scheduler import REGISTRY
-from sim.types import BatchShape, default_output_limit
+from sim.errors import ConfigError
+from sim.types import BatchShape, StepTime, default_output_limit
 from sim.workload import build_workload
 from sim.workload.closed_loop import Clients
 
@@ -155,7 +156,8 @@ class Engine:
         self.cfg = cfg
         # shard (w, n): this process simulates replicas i with i % n == w (see ``run_engine``)
         self.shard = shard
-        self.own = {i for i in range(cfg.cluster.replicas) if i % shard[1] == shard[0]}
+        self.own = {i for i in range(cfg.cluster.replicas * getattr(cfg.parallelism, "dp", 1))
+                    if i % shard[1] == shard[0]}
         # record_plans: keep each step's (replica, start_s, request ids, BatchShape) in
         # ``self.plans`` (the real replay of calibration/ executes them); off by default.
         self.plans: list | None = [] if record_plans else None
@@ -177,14 +179,20 @@ class Engine:
         self.admitted = 0
         self.steps = StepLog(keep_rows=cfg.output.step_records)
         self.itl = ItlSketch() if self.sink is not None else ItlLog()
-        self.replicas = [self._new_replica(i) for i in range(cfg.cluster.replicas)]
+        # attention data parallelism: each replica is an expert group of ``dp`` ranks, each rank
+        # its own scheduler and KV pool (a ``Replica``: the routers see ranks); a group steps as one
+        self.dp = getattr(cfg.parallelism, "dp", 1)
+        if self.dp > 1 and (why := dp_refusal(cfg)):
+            raise ConfigError(why)
+        self.replicas = [self._new_replica(i) for i in range(cfg.cluster.replicas * self.dp)]
         self.disagg = Disaggregation.for_config(cfg, self.replicas, self.hw, self.model)  # None: not disaggregated
         self.entry_pool = self.disagg.entry_pool if self.disagg else self.replicas  # where arrivals go
         self.route = ROUTERS[cfg.cluster.router]
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
         self.rng = np.random.default_rng(cfg.seed)
         self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
-        self.fast_forward = cfg.engine.fast_forward and record_plans is False and fast_forward_exact(cfg, self.route)
+        self.fast_forward = (cfg.engine.fast_forward and record_plans is False and fast_forward_exact(cfg, self.route)
+                             and self.dp == 1)
         self.upcoming: deque = deque()  # arrivals read ahead of time (open loop)
         self.ahead: list[deque] | None = None  # per replica, the arrival times of its upcoming requests (``_read_ahead``)
         self.env = simpy.Environment()
@@ -528,13 +536,101 @@ class Engine:
             else:
                 now = yield from self._step(rep, plan, now)
 
+    def _group(self, ranks: list[Replica]):
+        """The simpy process of one expert group of ``dp`` attention ranks (``parallelism.dp``):
+        every step, each rank's scheduler plans its own batch; the ranks' steps are one
+        synchronised step (``sim.cost.expert_parallel.dp_step_time``: the slowest rank's own part,
+        then the routed experts and the exchange for the whole group's tokens; a rank with
+        nothing to do runs a dummy batch, as vLLM does), and each rank completes its batch at its
+        end. No fast paths. The group sleeps when no rank has work."""
+        from sim.cost.expert_parallel import dp_step_time
+
+        env, by_id, par = self.env, self.by_id, self.cfg.parallelism
+        cost = ranks[0].cost
+        idle_plans = 0
+        while True:
+            now = env.now
+            plans, shapes, held, moved_any = [], [], [], False
+            for rep in ranks:
+                sched = rep.scheduler
+                plan = sched.schedule(now)
+                if plan.empty:
+                    moved = bool(plan.preempted or plan.aborted)
+                    if moved:  # preemptions or aborts without a step: applied now
+                        lifecycle.commit(plan, by_id, now)
+                        self._abort(plan)
+                        moved_any = True
+                    if sched.has_work():
+                        wake = None if moved else sched.wake_at(now)
+                        held.append((rep, wake))
+                    plans.append(None)
+                    shapes.append(BatchShape((), (), 0, 0, par.tp, par.pp))
+                    continue
+                ctx = lifecycle.commit(plan, by_id, now)
+                if plan.aborted:
+                    self._abort(plan)
+                plans.append(plan)
+                shapes.append(BatchShape(tuple(plan.num_new_tokens.values()), tuple(ctx), plan.blocks_swapped_in,
+                                         plan.blocks_swapped_out, par.tp, par.pp))
+            if not any(p is not None for p in plans):
+                if held:
+                    wakes = [w for _, w in held if w is not None and w > now]
+                    if len(wakes) == len(held):  # every rank's requests wait for their policy's time
+                        yield self._sleep(ranks, min(wakes))
+                        continue
+                    idle_plans += 1
+                    if not moved_any or idle_plans > 2:  # no progress: stuck requests become counted aborts
+                        for rep, w in held:
+                            if w is None or w <= now:
+                                for r, reason in rep.scheduler.drop_stuck():
+                                    self._reject(r, reason)
+                    continue
+                if self.arrivals_done:  # (no faults or disaggregation: nothing can reach it any more)
+                    return
+                yield self._sleep(ranks, None)
+                continue
+            idle_plans = 0
+            total = dp_step_time(cost, shapes)
+            end = now + total
+            yield _At(env, end)
+            for rep, plan, shape in zip(ranks, plans, shapes):
+                if plan is None:
+                    continue
+                oor = cost._oor
+                own = cost.step_time(shape)  # (its breakdown; its queries were counted by dp_step_time)
+                cost._oor = oor
+                # the rank's own components; the group's routed experts, the exchange and the wait
+                # for the slowest rank are the rest of the step (booked as gemm: mostly experts)
+                st = StepTime(total, own.gemm + (total - own.total), own.attn_prefill, own.attn_decode, own.comm,
+                              own.other_gpu, own.cpu, own.swap, own.source, own.out_of_range)
+                prefill, decode, changed = lifecycle.complete_step(plan, by_id, now, end, self.itl)
+                for r in changed:
+                    if r.finish_s is not None:
+                        self._leave(rep, r)
+                self.steps.add(rep.idx, now, st, len(shape.new_tokens), prefill, decode, len(plan.preempted),
+                               rep.kv.num_used, len(rep.scheduler.waiting))
+
+    def _sleep(self, ranks: list[Replica], until: float | None):
+        """The event an idle group waits on: a request reaching any of its ranks (each rank's
+        ``wake``), or time ``until``."""
+        ev = self.env.event()
+        for rep in ranks:
+            rep.wake = ev
+        if until is None:
+            return ev
+        return ev | _At(self.env, until)
+
     def run(self) -> SimOutput:
         """Start the processes (arrivals or clients, the replicas, faults and autoscaling), run
         simpy's loop until nothing is left to happen, and gather the output."""
         self.env.process(self.clients.run() if self.clients else self._arrivals())
-        for rep in self.replicas:
-            if rep.idx in self.own:
-                rep.proc = self.env.process(self._replica(rep))
+        if self.dp > 1:  # one process per expert group, stepping its ranks together
+            for g in range(0, len(self.replicas), self.dp):
+                self.env.process(self._group(self.replicas[g:g + self.dp]))
+        else:
+            for rep in self.replicas:
+                if rep.idx in self.own:
+                    rep.proc = self.env.process(self._replica(rep))
         self.dynamics.start()
         self.env.run()
         end = self.env.now if self.end_s is None else self.end_s  # timers past the last request do not count
@@ -569,7 +665,7 @@ def output(eng: Engine, end: float) -> SimOutput:
     cfg, cost = eng.cfg, eng.cost
     return SimOutput(
         config=cfg, requests=eng.requests, steps=eng.steps, itl=eng.itl, memory=eng.mem.as_dict(),
-        num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp, simulated_s=end,
+        num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp * eng.dp, simulated_s=end,
         workload_info=dict(eng.workload.info), cost_source=cost.source,
         cost_params={"source": cost.params_source, **cost.p.as_dict()},
         out_of_range=cost.out_of_range_total(), kv_blocks_per_replica=eng.mem.num_gpu_blocks,
@@ -577,6 +673,21 @@ def output(eng: Engine, end: float) -> SimOutput:
         warnings=eng.warnings + clip_warnings(eng.workload.info, cfg, eng.admitted),
         faults=eng.dynamics.log.summary(eng.faults, end) if cfg.faults.events else None,
         fleet=eng.dynamics.fleet)
+
+
+def dp_refusal(cfg: Config) -> str | None:
+    """Why ``cfg`` with attention data parallelism (``parallelism.dp`` > 1) cannot be simulated
+    (None when it can): its expert groups step as one, which faults, autoscaling,
+    disaggregation and worker processes do not handle yet."""
+    if cfg.faults.events:
+        return "parallelism.dp: faults are not simulated with attention data parallelism yet; use dp=1 or no faults"
+    if cfg.cluster.autoscale.enabled:
+        return "parallelism.dp: autoscaling is not simulated with attention data parallelism yet; use dp=1"
+    if cfg.cluster.prefill_replicas:
+        return "parallelism.dp: prefill/decode disaggregation is not simulated with attention data parallelism yet"
+    if cfg.engine.workers > 1:
+        return "parallelism.dp: expert groups run in one process; use engine.workers=1"
+    return None
 
 
 def fast_forward_exact(cfg: Config, route) -> bool:
