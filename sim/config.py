@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from sim.cost.roofline import RooflineParams
 from sim.errors import ConfigError, ConfigTypeError
 from sim.kv.blocks import DEFAULT_BLOCK_SIZE
+from sim.speculative import Speculative
 from sim.workload.config import WorkloadConfig
 
 
@@ -238,6 +239,7 @@ class Config(_Strict):
     slo: SLO = SLO()
     cost: Cost = Cost()
     engine: EngineSection = EngineSection()
+    speculative: Speculative = Speculative()
     faults: Faults = Faults()
     output: Output = Output()
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
@@ -251,6 +253,34 @@ class Config(_Strict):
         why = get_model(self.model).parallelism_problem(self.parallelism.tp, self.parallelism.pp)
         if why:
             raise ValueError(why)
+        return self
+
+    @model_validator(mode="after")
+    def _speculation(self):
+        """A draft card that exists, shares the target's vocabulary and is smaller; a policy that
+        schedules draft tokens (a token-budget scheduler)."""
+        sp = self.speculative
+        if not sp.enabled:
+            return self
+        from sim.catalog import CatalogError, get_model
+        from sim.scheduler import REGISTRY
+        from sim.scheduler.base import BudgetScheduler
+        from sim.speculative import draft_problem
+
+        if sp.draft_model is not None:
+            try:
+                draft = get_model(sp.draft_model)
+            except CatalogError as e:
+                raise ValueError(f"speculative.draft_model: {e}") from None
+            why = draft_problem(sp, get_model(self.model), draft) or draft.parallelism_problem(
+                self.parallelism.tp, self.parallelism.pp)
+            if why:
+                raise ValueError(why if why.startswith("speculative") else f"speculative.draft_model: {why}")
+        cls = REGISTRY.get(self.scheduler.name)
+        if cls is not None and not issubclass(cls, BudgetScheduler):
+            raise ValueError(f"speculative: scheduler {self.scheduler.name!r} plans whole phases; speculative decoding "
+                             "is modelled for the token-budget schedulers (vllm_v1, sarathi, priority, sjf, srpt, "
+                             "lookahead, orca, trtllm)")
         return self
 
     @model_validator(mode="after")

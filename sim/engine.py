@@ -62,6 +62,7 @@ class SimOutput:
     cost_info: dict | None = None
     """What priced the run, when the cost model describes itself (the kernel database does)."""
     faults: dict | None = None  # summary.json's ``faults`` block (None without faults)
+    speculative: dict | None = None  # summary.json's ``speculative`` block (None without speculation)
     fleet: FleetLog | None = None  # provisioning record (autoscaling only)
     warnings: list = field(default_factory=list)
     """One line per thing the user should know about this run (``ServesimWarning``)."""
@@ -191,8 +192,9 @@ class Engine:
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
         self.rng = np.random.default_rng(cfg.seed)
         self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
+        self.drafter = self._drafter()  # speculative decoding (None: off)
         self.fast_forward = (cfg.engine.fast_forward and record_plans is False and fast_forward_exact(cfg, self.route)
-                             and self.dp == 1)
+                             and self.dp == 1 and self.drafter is None)
         self.upcoming: deque = deque()  # arrivals read ahead of time (open loop)
         self.ahead: list[deque] | None = None  # per replica, the arrival times of its upcoming requests (``_read_ahead``)
         self.env = simpy.Environment()
@@ -212,12 +214,26 @@ class Engine:
         # policy vouches for it: ``_run``)
         self.through_finishes = self.runs_ahead and not self.steps.keep_rows
 
+    def _drafter(self):
+        """Speculative decoding's acceptance draws and draft pricing (``sim.speculative``), or None."""
+        sp = self.cfg.speculative
+        if not sp.enabled:
+            return None
+        from sim.speculative import Drafter
+
+        draft = None
+        if sp.draft_model is not None:
+            draft = make_cost_model(self.cfg, get_model(sp.draft_model), self.hw)
+        return Drafter(sp, np.random.default_rng([self.cfg.seed, 5]), self.cost, draft)
+
     def _new_replica(self, i: int, lives: int = 0) -> Replica:
         """Replica ``i`` with an empty KV pool and a fresh scheduler (its ``lives``-th start)."""
         cfg = self.cfg
         kv = make_kv_manager(cfg.kv, self.mem.num_gpu_blocks, self.mem.block_bytes)
         seed = [cfg.seed, 1, i] + ([lives] if lives else [])  # the policy's own stream (predictors)
         sched = self.sched_cls(self.knobs, kv, rng=np.random.default_rng(seed), max_context=self.model.max_context)
+        if cfg.speculative.enabled:
+            sched.spec_tokens = cfg.speculative.num_speculative_tokens
         return Replica(i, sched, kv, self.cost, self)
 
     # ------------------------------------------------------------------ admission
@@ -300,12 +316,15 @@ class Engine:
         shape = BatchShape(tuple(plan.num_new_tokens.values()), tuple(ctx), plan.blocks_swapped_in,
                            plan.blocks_swapped_out, par.tp, par.pp)
         st = self._cost(rep, start).step_time(shape)
+        accepted = None
+        if self.drafter is not None:  # the decodes verify their drafts: acceptances drawn, drafts priced
+            st, accepted = self._verify(plan, st)
         if self.plans is not None:
             self.plans.append((rep.idx, start, tuple(plan.num_new_tokens), shape))
         now = start + st.total  # (simpy's clock: now + delay)
         if self._wait(rep, now):
             yield now
-        prefill, decode, changed = lifecycle.complete_step(plan, self.by_id, start, now, self.itl)
+        prefill, decode, changed = lifecycle.complete_step(plan, self.by_id, start, now, self.itl, accepted)
         for r in changed:  # finished, or got its first token
             if r.finish_s is not None:
                 self._leave(rep, r)
@@ -317,6 +336,25 @@ class Engine:
         self.steps.add(rep.idx, start, st, len(shape.new_tokens), prefill, decode, len(plan.preempted),
                        rep.kv.num_used, len(rep.scheduler.waiting))
         return now
+
+    def _verify(self, plan, st):
+        """Speculative decoding in a step: each decoding request given drafts (more than its one
+        decode token) gets its accepted count drawn; the drafts of those requests are priced
+        and added to ``st``. Returns (the step's time, {request id: accepted drafts})."""
+        from sim.speculative import with_draft
+
+        accepted, n, kv, longest = {}, 0, 0, 0
+        by_id, accept = self.by_id, self.drafter.accept
+        for rid, k in plan.num_new_tokens.items():
+            if k > 1:
+                r = by_id[rid]
+                if r.num_generated and r.num_computed == r.prompt_tokens + r.num_generated - 1:
+                    accepted[rid] = accept(k - 1)
+                    n += 1
+                    c = r.num_computed + 1
+                    kv += c
+                    longest = max(longest, c)
+        return with_draft(st, self.drafter.price(n, kv, longest)), accepted
 
     def _run(self, rep: Replica, reqs: list[Request], start: float):
         """Decode fast-forward of the running requests ``reqs``, each to get one decode token
@@ -672,7 +710,7 @@ def output(eng: Engine, end: float) -> SimOutput:
         cost_info=cost.describe() if hasattr(cost, "describe") else None,  # (None: the source and params)
         warnings=eng.warnings + clip_warnings(eng.workload.info, cfg, eng.admitted),
         faults=eng.dynamics.log.summary(eng.faults, end) if cfg.faults.events else None,
-        fleet=eng.dynamics.fleet)
+        fleet=eng.dynamics.fleet, speculative=eng.drafter.summary() if eng.drafter is not None else None)
 
 
 def dp_refusal(cfg: Config) -> str | None:

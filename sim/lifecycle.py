@@ -81,15 +81,27 @@ def commit(plan, by_id: dict, now: float) -> list[int]:
     return ctx
 
 
-def complete_step(plan, by_id: dict, start: float, now: float, itl) -> tuple[int, int, list[Request]]:
+def complete_step(plan, by_id: dict, start: float, now: float, itl,
+                  accepted: dict | None = None) -> tuple[int, int, list[Request]]:
     """A step that ran from ``start`` to ``now``: advance every scheduled request, emit tokens,
     mark finished requests. Returns (prefill tokens, decode tokens, the requests that finished
-    or got their first token this step, in plan order)."""
+    or got their first token this step, in plan order).
+
+    ``accepted`` (speculative decoding): for each request that verified drafts this step, how
+    many were accepted (``sim.speculative``); it emits that many tokens more than one, at the
+    step's end (gaps of 0 after the first), capped by its output, and only the accepted drafts'
+    KV counts as computed."""
     prefill = decode = 0
     step_gaps = 0  # tokens whose previous token came at this step's start: gap = the step
     changed = []
     for rid, n in plan.num_new_tokens.items():
         r = by_id[rid]
+        if accepted is not None and rid in accepted:
+            _complete_verification(r, n, accepted[rid], start, now, itl)
+            decode += n
+            if r.finish_s is not None:
+                changed.append(r)
+            continue
         c = r.num_computed + n
         r.num_computed = c
         g = r.num_generated
@@ -122,6 +134,26 @@ def complete_step(plan, by_id: dict, start: float, now: float, itl) -> tuple[int
     if step_gaps and itl is not None:
         itl.add(now - start, step_gaps)
     return prefill, decode, changed
+
+
+def _complete_verification(r: Request, n: int, a: int, start: float, now: float, itl) -> None:
+    """``r`` (decoding) verified ``n - 1`` drafts with its decode token and ``a`` were accepted:
+    it emits ``a + 1`` tokens (capped by its output) at ``now``."""
+    g = r.num_generated
+    e = min(a + 1, r.output_tokens - g)
+    r.num_computed += e  # the decode token's KV and the accepted drafts'; rejected slots are reused
+    r.num_generated = g + e
+    gap = now - r.last_token_s
+    if itl is not None:
+        itl.add(gap, 1)
+        if e > 1:
+            itl.add(0.0, e - 1)  # a burst: the accepted tokens arrive with the first
+    if gap > r.max_itl_s:
+        r.max_itl_s = gap
+    r.last_token_s = now
+    if r.num_generated >= r.output_tokens:
+        r.status = _FINISHED
+        r.finish_s = now
 
 
 def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> list[Request]:

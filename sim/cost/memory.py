@@ -139,15 +139,18 @@ class MemoryShortfall(CapacityError):
 def plan_memory(model: ModelCard, hw: HardwareCard, *, tp: int, pp: int, dtype: str, kv_dtype: str,
                 block_size: int, gpu_memory_utilization: float, max_num_batched_tokens: int,
                 max_num_seqs: int, runtime_overhead_gib: float = 1.0,
-                num_gpu_blocks: int | None = None, act_dtype: str = "bf16") -> MemoryPlan:
+                num_gpu_blocks: int | None = None, act_dtype: str = "bf16", draft: tuple[float, float] = (0.0, 0.0)
+                ) -> MemoryPlan:
     """Blocks of KV cache per GPU; raises MemoryShortfall (a CapacityError with the numbers as
-    fields) when nothing fits. ``dtype`` is the weight dtype, ``act_dtype`` the activation dtype."""
+    fields) when nothing fits. ``dtype`` is the weight dtype, ``act_dtype`` the activation dtype.
+    ``draft``: a speculative draft's (weight bytes, KV bytes per token) per GPU, held beside the
+    target's (``draft_memory``): a block holds a token's KV of both."""
     gpu = hw.usable_memory_bytes
     budget = gpu * gpu_memory_utilization
-    weights = weights_per_gpu(model, tp, pp, dtype, act_dtype)
+    weights = weights_per_gpu(model, tp, pp, dtype, act_dtype) + draft[0]
     act = activation_peak(model, tp, act_dtype, max_num_batched_tokens, max_num_seqs)
     over = runtime_overhead_gib * GIB
-    kv_tok = kv_bytes_per_token_per_gpu(model, tp, pp, kv_dtype)
+    kv_tok = kv_bytes_per_token_per_gpu(model, tp, pp, kv_dtype) + draft[1]
     block_bytes = block_size * kv_tok
     if num_gpu_blocks is not None:
         return MemoryPlan(gpu, budget, weights, act, over, kv_tok, block_bytes, num_gpu_blocks, False)
@@ -168,4 +171,22 @@ def memory_for_config(cfg, model: ModelCard, hw: HardwareCard) -> MemoryPlan:
                        gpu_memory_utilization=cfg.kv.gpu_memory_utilization,
                        max_num_batched_tokens=knobs.max_step_tokens, max_num_seqs=knobs.max_num_seqs,
                        runtime_overhead_gib=cfg.kv.runtime_overhead_gib, num_gpu_blocks=cfg.kv.num_gpu_blocks,
-                       act_dtype=cfg.precision.activations)
+                       act_dtype=cfg.precision.activations, draft=draft_memory(cfg, model))
+
+
+def draft_memory(cfg, model: ModelCard) -> tuple[float, float]:
+    """(weight bytes, KV bytes per token) per GPU of ``cfg``'s speculative draft: a draft model's
+    own; an EAGLE or MTP head's one decoder layer of the target (its LM head is the target's);
+    nothing for n-gram lookup or without speculation."""
+    sp = getattr(cfg, "speculative", None)
+    if sp is None or not sp.enabled or sp.method == "ngram":
+        return (0.0, 0.0)
+    par, act = cfg.parallelism, cfg.precision.activations
+    if sp.draft_model is not None:
+        from sim.catalog import get_model
+
+        d = get_model(sp.draft_model)
+        return (weights_per_gpu(d, par.tp, par.pp, cfg.dtype, act), kv_bytes_per_token_per_gpu(d, par.tp, par.pp, cfg.kv_dtype))
+    layers = model.num_layers
+    return (weights_per_gpu(model, par.tp, 1, cfg.dtype, act) / layers,
+            kv_bytes_per_token_per_gpu(model, par.tp, 1, cfg.kv_dtype) / layers)

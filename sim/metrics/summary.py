@@ -291,6 +291,8 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
     extra = {}
     if getattr(out, "faults", None) is not None:
         extra["faults"] = out.faults
+    if getattr(out, "speculative", None) is not None:
+        extra["speculative"] = out.speculative
     if fleet is not None:
         extra["autoscale"] = autoscale_block(fleet, out.simulated_s, price)
     return {

@@ -331,6 +331,11 @@ class BudgetScheduler(Scheduler):
         Policies with such a knob override this."""
         return False
 
+    spec_tokens = 0
+    """Draft tokens a decoding request verifies per step (``speculative.num_speculative_tokens``;
+    set by the engine; 0: no speculation). They are scheduled with its decode token, counted in
+    the budget, with KV slots for all of them, as vLLM v1 does."""
+
     def budget(self) -> int:
         return self.knobs.max_num_batched_tokens
 
@@ -460,7 +465,7 @@ class BudgetScheduler(Scheduler):
         victim already scheduled this step gives its tokens back to the budget."""
         kv, out, preempted = self.kv, plan.num_new_tokens, plan.preempted
         held, bs, covered_is_noop, chunk = kv.held, kv.block_size, kv.covered_is_noop, self.chunk
-        single = self.chunk_keeps_single_tokens
+        single, spec = self.chunk_keeps_single_tokens, self.spec_tokens
         for r in self.running_order():
             if budget <= 0:
                 break
@@ -471,6 +476,13 @@ class BudgetScheduler(Scheduler):
             want = r.prompt_tokens + r.num_generated - computed  # r.remaining, inlined
             if want == 1 and single:
                 n = 1
+                if spec and r.num_generated:  # a decode: its drafts too, as the budget and the client's limit allow
+                    d = min(spec, budget - 1)
+                    limit = r.spec.max_output_tokens
+                    if limit is not None and limit - r.num_generated - 1 < d:
+                        d = limit - r.num_generated - 1
+                    if d > 0:
+                        n += d
             else:
                 n = chunk(r, want, budget)
                 if n <= 0:
