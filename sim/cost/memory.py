@@ -168,4 +168,4 @@ def memory_for_config(cfg, model: ModelCard, hw: HardwareCard) -> MemoryPlan:
                        gpu_memory_utilization=cfg.kv.gpu_memory_utilization,
                        max_num_batched_tokens=knobs.max_step_tokens, max_num_seqs=knobs.max_num_seqs,
                        runtime_overhead_gib=cfg.kv.runtime_overhead_gib, num_gpu_blocks=cfg.kv.num_gpu_blocks,
-                       act_dtype=cfg.precision.activations)
+                       act_dtype=cfg.act_dtype)
