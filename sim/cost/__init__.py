@@ -32,7 +32,7 @@ def make_cost_model(cfg, model, hw) -> CostModel:
                                       required=cfg.cost.model == "profiled", user_params=user, **kw)
         if cm is not None:
             if "replacing fitted values" in cm.params_source:
-                warnings.warn("cost.roofline: " + cm.params_source.split("; ", 1)[1], ServesimWarning, stacklevel=2)
+                warnings.warn(cm.params_source.split("; ", 1)[1], ServesimWarning, stacklevel=2)
             return cm
         if cfg.cost.model == "profiled":
             raise ConfigError(f"cost.model: no profile for ({hw.id}, {model.id}, {cfg.dtype}); run servesim profile + fit, or use auto")
