@@ -12,7 +12,8 @@ tokens arrive; the first-token time runs from the call to the first tokens (the 
 the per-token time from the first tokens to the last over the later tokens. Greedy decoding with a fixed token count (min =
 max new tokens), no padding (every prompt of a batch has the same length). On the CPU torch runs
 on ``--threads`` threads (default 1) and the clock is the process time (load on a shared machine
-does not inflate it; ``kernels.timing.cpu_clock``); each time is the fastest of ``--repeats``.
+does not inflate it; ``kernels.timing.cpu_clock``); on a GPU (``--device cuda``) the wall clock
+at each token's arrival on the host. Each time is the fastest of ``--repeats``.
 Needs torch and transformers (the ``test`` extra).
 """
 from __future__ import annotations
@@ -41,8 +42,9 @@ def parse_shapes(spec: str) -> list[tuple[int, int]]:
     return out
 
 
-def build_model(card, dtype: str = "fp32", seed: int = 0):
-    """A transformers ``LlamaForCausalLM`` of the card's architecture with random weights."""
+def build_model(card, dtype: str = "fp32", seed: int = 0, device: str = "cpu"):
+    """A transformers ``LlamaForCausalLM`` of the card's architecture with random weights, built
+    on ``device`` in ``dtype``."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing from the hub: the config is built here
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -54,7 +56,14 @@ def build_model(card, dtype: str = "fp32", seed: int = 0):
                       tie_word_embeddings=card.tie_word_embeddings)
     torch.manual_seed(seed)
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    return LlamaForCausalLM(cfg).to(dt).eval()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dt)  # built in its dtype: an 8B model is not first made in fp32
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(default)
+    return model.eval()
 
 
 class StepClock:
@@ -75,19 +84,25 @@ def time_shapes(model, shapes: list[tuple[int, int]], output_tokens: int, repeat
                 clock=time.process_time, seed: int = 0) -> list[dict]:
     """One row per (batch, prompt tokens), from ``repeats`` generate calls of ``output_tokens``
     tokens: the first-token time (call to the first step's tokens) and the per-token time (first
-    step's tokens to the last's, over the later tokens), each the fastest of the repeats."""
+    step's tokens to the last's, over the later tokens), each the fastest of the repeats. On a
+    GPU the tokens reach the streamer after a copy to the host, which waits for the device, so
+    the wall clock read then is the device's progress (the device is synchronised before each
+    call)."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
+    dev = next(model.parameters()).device
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     rows = []
     for b, p in shapes:
-        ids = torch.randint(0, vocab, (b, p), generator=gen)
+        ids = torch.randint(0, vocab, (b, p), generator=gen).to(dev)
         mask = torch.ones_like(ids)
         firsts, per = [], []
         for k in range(repeats + 1):  # the first call is a warm-up (allocation)
             sc = StepClock(clock)
             with torch.inference_mode():
+                sync()
                 t0 = clock()
                 out = model.generate(ids, attention_mask=mask, max_new_tokens=output_tokens,
                                      min_new_tokens=output_tokens, do_sample=False, pad_token_id=0, streamer=sc)
@@ -119,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-tokens", type=int, default=9, help="tokens generated per sequence (>= 2)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--out", required=True, help="CSV to write")
     a = p.parse_args(argv)
     import torch
@@ -136,9 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.output_tokens < 2:
         print("calibration.static_batch: error: --output-tokens must be at least 2", file=sys.stderr)
         return 2
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("calibration.static_batch: error: --device cuda but torch sees no CUDA GPU", file=sys.stderr)
+        return 2
     torch.set_num_threads(a.threads)
-    model = build_model(card, a.dtype)
-    rows = time_shapes(model, shapes, a.output_tokens, a.repeats, cpu_clock(a.threads)[1])
+    model = build_model(card, a.dtype, device=a.device)
+    clock = time.perf_counter if a.device == "cuda" else cpu_clock(a.threads)[1]
+    rows = time_shapes(model, shapes, a.output_tokens, a.repeats, clock)
     print(f"wrote {write_csv(rows, a.out)} ({len(rows)} shapes)")
     return 0
 
