@@ -294,7 +294,7 @@ def bench_equations(args, folder: Path, tmp: Path) -> tuple[list[dict], list[dic
 
     def simulate(k: int, theta) -> dict:
         f, res, csv_path, work, _ = benches[k]
-        over = [f"cost.roofline.{n}={v!r}" for n, v in zip(CPU_KEYS, theta)]
+        over = [f"cost.roofline.{n}={float(v)!r}" for n, v in zip(CPU_KEYS, theta)]
         cfg = _sim_config(args.config, sets + over, res, csv_path, [])
         summary, req, itl = _simulate(cfg, work / "sim")
         m = sim_metrics(req, itl, summary)

@@ -304,3 +304,50 @@ def test_transformers_generate_calibrated_and_predicted(tmp_path, monkeypatch):
     assert held["first_token_s"]["median_ape"] < FIRST_TOKEN_BOUND
     assert held["per_token_s"]["median_ape"] < PER_TOKEN_BOUND
     assert math.isfinite(held["first_token_s"]["max_ape"])
+
+
+# ---------------------------------------------------------------------- vllm bench serve input
+
+def test_vllm_bench_rows_fitted_by_simulation(tmp_path):
+    """Benchmark files whose means were made by simulating a known overhead: the fit brings the
+    held-out file within a few percent and reports every row."""
+    import argparse
+
+    from calibration.engine import add_arguments, run
+    from sim.compare import _sim_config, _simulate
+    from sim.compare.metrics import sim_metrics
+    from sim.compare.vllm_bench import load_vllm_bench
+    from sim.compare.workload import rebuild, write_workload
+
+    fitted = tmp_path / "cpu" / "llama-tiny"
+    _fake_fitted(fitted)
+    for f in ("overhead.json", "engine_overhead.json"):
+        (fitted / f).unlink()
+    template = json.loads((ROOT / "tests" / "data" / "vllm_bench_summary_only.json").read_text())
+    sets = [f"model={TINY}", f"hardware={CPU_CARD}", "dtype=fp32"]
+    truth = [f"cost.roofline.cpu_step_s={2e-3}", f"cost.roofline.cpu_per_seq_s={3e-4}"]
+    files = []
+    for i, (rate, n, tin, tout) in enumerate(((2.0, 12, 600, 96), (8.0, 16, 1600, 256), (4.0, 14, 2100, 140))):
+        doc = {**template, "request_rate": rate, "num_prompts": n, "completed": n, "failed": 0, "duration": n / rate,
+               "total_input_tokens": tin, "total_output_tokens": tout}
+        path = tmp_path / f"bench{i}.json"
+        path.write_text(json.dumps(doc))
+        res = load_vllm_bench(path)
+        csv_path = write_workload(rebuild(res, seed=0), tmp_path / f"w{i}.csv")
+        cfg = _sim_config(None, sets + truth + ["cost.model=profiled", f"cost.profiles_dir={fitted}"], res, csv_path, [])
+        summary, req, itl = _simulate(cfg, tmp_path / f"truth{i}")
+        m = sim_metrics(req, itl, summary)
+        doc["mean_ttft_ms"], doc["mean_tpot_ms"] = m["ttft_s"]["mean"] * 1e3, m["tpot_s"]["mean"] * 1e3
+        path.write_text(json.dumps(doc))
+        files.append(str(path))
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    out = run(ap.parse_args(["--fitted", str(fitted), "--vllm-bench", *files, *sum((["--set", s] for s in sets), []),
+                             "--out", str(tmp_path / "out")]))
+    assert [r["held_out"] for r in out["rows"]] == [False, False, True, True, False, False]
+    held = out["error"]["held_out_rows"]
+    assert held["tpot_mean_s"]["median_ape"] < 0.05 and held["ttft_mean_s"]["median_ape"] < 0.10
+    assert out["kernels_only_error"]["held_out_rows"]["tpot_mean_s"]["median_ape"] > 0.2
+    stored = json.loads((tmp_path / "out" / "engine_overhead.json").read_text())
+    assert stored["provenance"]["kind"] == "vllm bench serve" and len(stored["provenance"]["files"]) == 3
+    assert not (fitted / "engine_overhead.json").exists()  # --out: the input folder is left as it was
