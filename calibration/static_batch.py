@@ -158,8 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     model = build_model(card, a.dtype, device=a.device)
     clock = time.perf_counter if a.device == "cuda" else cpu_clock(a.threads)[1]
+    from kernels.load import host_load, load_warning
+
+    load0 = host_load()
     rows = time_shapes(model, shapes, a.output_tokens, a.repeats, clock)
     print(f"wrote {write_csv(rows, a.out)} ({len(rows)} shapes)")
+    clock_name = "perf_counter" if a.device == "cuda" else cpu_clock(a.threads)[0]
+    w = load_warning(load0, "engine timings", clock_name) or load_warning(host_load(), "engine timings", clock_name)
+    if w and a.device == "cpu":
+        print(f"calibration.static_batch: warning: {w}", file=sys.stderr)
     return 0
 
 

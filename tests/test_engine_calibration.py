@@ -261,26 +261,64 @@ FIRST_TOKEN_BOUND = 0.30  # held-out median; measured 5.0% under load 2.7 on 2 c
 PER_TOKEN_BOUND = 0.45  # held-out median; measured 17% under the same load; the bench prints the tight figures
 
 
-def test_transformers_generate_calibrated_and_predicted(tmp_path, monkeypatch):
-    """Profile llama-tiny in fp32 (the CPU default), fit, time transformers ``generate`` on
-    static batches (process time, one thread), calibrate the engine overhead on some shapes and
-    predict the others."""
+@pytest.fixture(scope="module")
+def fp32_fitted(tmp_path_factory):
+    """llama-tiny profiled in fp32 on the CPU (small grid, one thread, process time) and fitted."""
     torch = pytest.importorskip("torch")
+    from calibration.fit import fit
+    from kernels.profile import run as profile
+
+    tmp = tmp_path_factory.mktemp("fp32")
+    torch.set_num_threads(1)
+    folder = profile("cpu", str(TINY), [1], ["fp32"], "small", tmp / "profiles", progress=False,
+                     families=("gemm", "attn_prefill", "attn_decode", "elementwise", "sampling"))
+    return folder, fit(folder, tmp / "fitted")
+
+
+def test_profiled_sampling_uses_the_rows_of_its_method(fp32_fitted):
+    from sim.cost.profiled import load_profiled_cost_model, load_tables
+
+    _, fitted = fp32_fitted
+    card, hw = get_model(str(TINY)), get_hardware(str(CPU_CARD))
+    tables = load_tables(fitted)
+    for method in ("greedy", "random"):
+        cm = load_profiled_cost_model(card, hw, profiles_dir=str(fitted), dtype="fp32", act_dtype="fp32",
+                                      sampling=method)
+        tab = tables[f"sampling|fp32|1|{method}"]
+        assert cm.sampling(4) == pytest.approx(tab(4))
+
+
+def test_validate_fp32_end_to_end(fp32_fitted, tmp_path):
+    """``servesim validate --dtype fp32``: fp32 plans simulated from the fp32 tables and replayed."""
+    import argparse
+
+    from calibration.validate import add_arguments, run
+
+    _, fitted = fp32_fitted
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    res = run(ap.parse_args(["--fitted", str(fitted), "--device", "cpu", "--model", str(TINY), "--dtype", "fp32",
+                             "--max-steps", "12", "--repeats", "2", "--out", str(tmp_path / "val")]))
+    v = json.loads((tmp_path / "val" / "validation.json").read_text())
+    assert v["meta"]["dtype"] == "fp32" and v["plans"]["source"] == "profiled" and v["plans"]["steps"] == 12
+    assert v["device"]["clock"] == "process_time" and v["device"]["host_load"]["end"]["cpus"] >= 1
+    assert 0 <= res["step"]["median_ape"] < 10
+
+
+def test_transformers_generate_calibrated_and_predicted(fp32_fitted, tmp_path, monkeypatch):
+    """Time transformers ``generate`` on static batches (process time, one thread) of a
+    random-weight Llama of llama-tiny's architecture, calibrate the engine overhead on some
+    shapes against the fp32 profile and predict the others."""
     pytest.importorskip("transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from calibration import static_batch
     from calibration.engine import add_arguments, report, run
-    from calibration.fit import fit
-    from kernels.profile import run as profile
     from kernels.timing import cpu_clock
 
-    torch.set_num_threads(1)
-    folder = profile("cpu", str(TINY), [1], ["fp32"], "small", tmp_path / "profiles", progress=False,
-                     families=("gemm", "attn_prefill", "attn_decode", "elementwise", "sampling"))
+    folder, fitted = fp32_fitted
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["timing"]["clock"] == "process_time" and meta["host_load"]["start"]["cpus"] >= 1
     assert set(meta["spread"]["families"]) == {"gemm", "attn_prefill", "attn_decode", "elementwise", "sampling"}
-    fitted = fit(folder, tmp_path / "fitted")
     model = static_batch.build_model(get_model(str(TINY)), "fp32")
     shapes = [(b, p) for b in (1, 2, 4, 8) for p in (32, 128)]
     rows = static_batch.time_shapes(model, shapes, output_tokens=6, repeats=2, clock=cpu_clock(1)[1])
@@ -290,9 +328,11 @@ def test_transformers_generate_calibrated_and_predicted(tmp_path, monkeypatch):
     ap = argparse.ArgumentParser()
     add_arguments(ap)
     doc = run(ap.parse_args(["--fitted", str(fitted), "--static", str(csv_path), "--sampling", "greedy",
+                             "--out", str(tmp_path / "engine"),
                              "--note", "transformers generate, tiny random Llama, fp32, 1 thread"]))
     print("\n" + report(doc), file=sys.stderr)
-    stored = json.loads((fitted / "engine_overhead.json").read_text())
+    stored = json.loads((tmp_path / "engine" / "engine_overhead.json").read_text())
+    assert (tmp_path / "engine" / "tables.npz").is_file()  # a copy of the fitted folder, with the terms
     assert stored["provenance"]["kind"] == "static-batch table" and stored["provenance"]["files"][0]["sha256"]
     assert sum(r["held_out"] for r in stored["rows"]) == 8  # 4 of 8 shapes, two metrics each
     assert all(v >= 0 for v in stored["params"].values())
