@@ -208,10 +208,15 @@ def test_set_wins_over_fitted_overhead_with_a_warning(tmp_path):
     cfg = load_config(None, sets)
     cm = make_cost_model(cfg, get_model(str(TINY)), get_hardware(str(CPU_CARD)))
     assert cm.source == "profiled" and cm.p.cpu_step_s == 0.004 and cm.act_dtype == "fp32"
+    assert cm.params_source.endswith("host overhead from engine_overhead.json and overhead.json")
     cfg = load_config(None, sets + ["cost.roofline.cpu_step_s=0.001"])
     with pytest.warns(ServesimWarning, match=r"cpu_step_s=0.001 \(fitted 0.004 in engine_overhead.json\)"):
         cm = make_cost_model(cfg, get_model(str(TINY)), get_hardware(str(CPU_CARD)))
     assert cm.p.cpu_step_s == 0.001 and cm.p.cpu_per_token_s == 2e-5
+    meta = tmp_path / "cpu" / "llama-tiny" / "meta.json"  # a profile taken under load: said at every run
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "profile": {"warnings": ["taken at load 9"]}}))
+    with pytest.warns(ServesimWarning, match=r"the profile behind .*llama-tiny: taken at load 9"):
+        make_cost_model(load_config(None, sets), get_model(str(TINY)), get_hardware(str(CPU_CARD)))
 
 
 def test_kerneldb_rejects_the_growing_terms():

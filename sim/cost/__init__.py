@@ -31,8 +31,8 @@ def make_cost_model(cfg, model, hw) -> CostModel:
         cm = load_profiled_cost_model(model, hw, params=params, profiles_dir=cfg.cost.profiles_dir,
                                       required=cfg.cost.model == "profiled", user_params=user, **kw)
         if cm is not None:
-            if "replacing fitted values" in cm.params_source:
-                warnings.warn(cm.params_source.split("; ", 1)[1], ServesimWarning, stacklevel=2)
+            for note in ([cm.user_note] if cm.user_note else []) + cm.profile_warnings:
+                warnings.warn(note, ServesimWarning, stacklevel=2)  # --set won; a profile taken under load
             return cm
         if cfg.cost.model == "profiled":
             raise ConfigError(f"cost.model: no profile for ({hw.id}, {model.id}, {cfg.dtype}); run servesim profile + fit, or use auto")

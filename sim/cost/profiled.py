@@ -292,9 +292,15 @@ def load_profiled_cost_model(model, hw, *, params: RooflineParams | None = None,
     cm = ProfiledCostModel(model, hw, tables, tp=tp, pp=pp, dtype=dtype, kv_dtype=kv_dtype,
                            block_size=block_size, params=p, **precision)
     cm.params_source = f"fitted for this device ({folder})"
-    cm.overhead_files = sorted({v for k, v in src.items() if k in CPU_KEYS})
+    files = sorted({v for k, v in src.items() if k in CPU_KEYS})
+    if files:
+        cm.params_source += f"; host overhead from {' and '.join(files)}"
     over = src.get("overridden", {})
+    cm.user_note = ""
     if over:
-        cm.params_source += "; set by the user (cost.roofline), replacing fitted values: " + ", ".join(
+        cm.user_note = "set by the user (cost.roofline), replacing fitted values: " + ", ".join(
             f"{k}={o['used']:.4g} (fitted {o['fitted']:.4g} in {o['file']})" for k, o in sorted(over.items()))
+        cm.params_source += "; " + cm.user_note
+    cm.profile_warnings = [f"the profile behind {folder}: {w}"
+                           for w in (_read_json(folder / "meta.json").get("profile") or {}).get("warnings") or []]
     return cm
