@@ -396,3 +396,18 @@ def test_vllm_bench_rows_fitted_by_simulation(tmp_path):
     stored = json.loads((tmp_path / "out" / "engine_overhead.json").read_text())
     assert stored["provenance"]["kind"] == "vllm bench serve" and len(stored["provenance"]["files"]) == 3
     assert not (fitted / "engine_overhead.json").exists()  # --out: the input folder is left as it was
+
+
+@pytest.mark.parametrize("term", ["cpu_per_token_s=2e-6", "cpu_per_seq_ctx_s=3e-9"])
+def test_growing_terms_same_results_with_and_without_fast_forward(term):
+    """A host term per token or context token is priced step by step on every path: the decode
+    fast-forward gives the same results as stepping."""
+    from sim.api import simulate
+
+    sets = ["cost.model=roofline", f"cost.roofline.{term}", "workload.num_requests=60", "workload.rate=8"]
+    a = simulate(None, overrides=sets, plots=False, progress=False)
+    b = simulate(None, overrides=sets + ["engine.fast_forward=false"], plots=False, progress=False)
+    base = simulate(None, overrides=sets[:1] + sets[2:], plots=False, progress=False)
+    for k in ("ttft_s", "tpot_s", "e2e_s"):
+        assert a.summary[k] == b.summary[k]
+    assert a.summary["tpot_s"]["mean"] > base.summary["tpot_s"]["mean"]  # every decode step costs more
