@@ -10,13 +10,15 @@
 #   DEVICE=cpu bash experiments/gpu_campaign.sh      # CPU dry run: llama-tiny, small grid, fp32
 #
 # Env: DEVICE (cuda|cpu), PROFILE_ROOT (default calibration/profiles), OUT (if set, the profiles
-# are also copied to $OUT/calibration/profiles after each model and on exit: the device machine
-# copies back only $OUT). Resumable: a rerun skips grid points already in the CSVs.
+# are also copied to $OUT/calibration/profiles after each model and on exit, and everything under
+# $OUT/calibration is packed into $OUT/campaign.tar.gz at the end: the device machine copies back
+# only a few files of $OUT, at most two folders down). Resumable: a rerun skips grid points
+# already in the CSVs.
 #
 # Budget (python -m kernels.profile ... --estimate, roofline at 60% peak / 70% HBM + overheads):
 #   llama-3.1-8b tp1 ~10 s, llama-3.1-70b tp1-8 ~40 s, qwen2.5-72b tp1-8 ~40 s of profiling,
 #   plus ~15 s start-up per model: ~2.5 min against an 8 min limit; the engine check adds about a
-#   minute (building the random 8B model, 10 shapes x 4 generate calls of 33 tokens). Collectives are not measured
+#   minute (building the random 8B model, 12 shapes x 4 generate calls of 33 tokens). Collectives are not measured
 #   on one GPU (recorded as skipped in meta.json); the simulator prices them analytically.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,12 +30,12 @@ if [ "$DEVICE" = "cpu" ]; then
   HW=cpu; GRID=small; DTYPE=fp32
   RUNS=("calibration/cards/llama-tiny.yaml:1")
   ENGINE_MODEL=calibration/cards/llama-tiny.yaml; ENGINE_ID=llama-tiny
-  ENGINE_SHAPES="1:32,1:128,2:64,4:32,4:128,8:64"; ENGINE_TOKENS=9
+  ENGINE_SHAPES="1:32,1:128,2:64,2:256,4:32,4:128,8:64,8:256"; ENGINE_TOKENS=9
 else
   HW=h200-sxm; GRID=full; DTYPE=bf16
   RUNS=("llama-3.1-8b:1" "llama-3.1-70b:1,2,4,8" "qwen2.5-72b:1,2,4,8")
   ENGINE_MODEL=llama-3.1-8b; ENGINE_ID=llama-3.1-8b
-  ENGINE_SHAPES="1:128,1:1024,2:512,4:128,4:1024,8:512,16:128,16:1024,32:512,64:128"; ENGINE_TOKENS=33
+  ENGINE_SHAPES="1:128,1:1024,2:256,2:2048,4:128,4:1024,8:256,8:2048,16:128,16:1024,32:256,64:128"; ENGINE_TOKENS=33
 fi
 
 sync_out() {
@@ -91,4 +93,7 @@ else
 fi
 # ---- end of engine check ----
 sync_out
+if [ -n "${OUT:-}" ] && [ -d "$OUT/calibration" ]; then  # one file: the device machine returns few, shallow files
+  tar czf "$OUT/campaign.tar.gz" -C "$OUT" calibration && echo "campaign: everything packed in \$OUT/campaign.tar.gz"
+fi
 echo "campaign: done in $((SECONDS - T0)) s"
