@@ -41,6 +41,7 @@ import csv
 import datetime as dt
 import hashlib
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -86,14 +87,12 @@ def read_static(path: str | Path) -> list[dict]:
                     x = int(v) if c in ("batch", "prompt_tokens", "output_tokens") else float(v)
                 except ValueError:
                     raise EngineCalibrationError(f"{path}: line {line}: column {c}: {v!r} is not a number") from None
-                if x <= 0 and c != "prompt_tokens" or x < 0:
+                if not x > 0 or not math.isfinite(x):
                     raise EngineCalibrationError(f"{path}: line {line}: column {c}: must be positive, got {v}")
                 row[c] = x
             if row["output_tokens"] < 2:
                 raise EngineCalibrationError(f"{path}: line {line}: column output_tokens: needs at least 2 tokens "
                                              "for a per-token time")
-            if row["prompt_tokens"] < 1:
-                raise EngineCalibrationError(f"{path}: line {line}: column prompt_tokens: must be positive")
             rows.append(row)
     if not rows:
         raise EngineCalibrationError(f"{path}: no rows")

@@ -59,6 +59,12 @@ def test_static_csv_errors_name_file_line_and_column(tmp_path):
     f.write_text("batch,prompt_tokens,output_tokens,first_token_s,per_token_s\n1,32,1,0.01,0.005\n")
     with pytest.raises(EngineCalibrationError, match=r"line 2: column output_tokens: needs at least 2"):
         read_static(f)
+    f.write_text("batch,prompt_tokens,output_tokens,first_token_s,per_token_s\n1,0,4,0.01,0.005\n")
+    with pytest.raises(EngineCalibrationError, match=r"line 2: column prompt_tokens: must be positive, got 0"):
+        read_static(f)
+    f.write_text("batch,prompt_tokens,output_tokens,first_token_s,per_token_s,engine\n2,32,4,0.01,0.005,hf\n")
+    assert read_static(f) == [{"line": 2, "batch": 2, "prompt_tokens": 32, "output_tokens": 4, "first_token_s": 0.01,
+                               "per_token_s": 0.005}]
 
 
 def test_holdout_alternates_shapes_and_names_unknown_ones():
@@ -411,3 +417,17 @@ def test_growing_terms_same_results_with_and_without_fast_forward(term):
     for k in ("ttft_s", "tpot_s", "e2e_s"):
         assert a.summary[k] == b.summary[k]
     assert a.summary["tpot_s"]["mean"] > base.summary["tpot_s"]["mean"]  # every decode step costs more
+
+
+def test_calibrate_engine_cli_errors_exit_2(tmp_path):
+    import subprocess
+
+    fitted = tmp_path / "cpu" / "llama-tiny"
+    _fake_fitted(fitted)
+    bad = tmp_path / "t.csv"
+    bad.write_text("batch,prompt_tokens,output_tokens,first_token_s,per_token_s\n1,32,9,0.01,-1\n")
+    for extra, msg in ((["--static", str(bad)], "t.csv: line 2: column per_token_s: must be positive"),
+                       ([], "give the engine's measurements")):
+        r = subprocess.run([sys.executable, "-m", "sim.cli", "calibrate-engine", "--fitted", str(fitted), *extra],
+                           capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and msg in r.stderr, r.stderr
