@@ -346,6 +346,11 @@ def run(args) -> int:
         meta = json.loads((dest / "meta.json").read_text())
         for w in meta["profile"].get("warnings") or []:
             print(f"  warning (profile): {w}", file=sys.stderr)
+        for name in ("overhead.json", "engine_overhead.json"):
+            if (dest / name).is_file():
+                print(f"  warning: {dest / name} was fitted against the tables this fit replaced; run "
+                      f"{'servesim validate' if name == 'overhead.json' else 'servesim calibrate-engine'} again",
+                      file=sys.stderr)
         held = sum(c["held_out"] for c in meta["tables"].values())
         by_dtype = json.loads((dest / "roofline_params.json").read_text())["by_dtype"]
         print(f"fitted {f} -> {dest} ({len(meta['tables'])} tables, {held} points held out)")
