@@ -122,8 +122,12 @@ def _roofline_features(model, hw, key: str, x: float, y: float | None, dtype: st
     """(flops, bytes, kind) the roofline assigns to one profiled point; kind picks the efficiency."""
     from sim.cost.roofline import RooflineCostModel
 
+    from sim.cost.roofline import SAMPLING
+
     fam, _, tp, op = key.split(SEP)
-    rm = RooflineCostModel(model, hw, tp=int(tp), dtype=dtype if dtype in ("bf16", "fp16", "fp8") else "bf16")
+    act = "fp32" if dtype == "fp32" else ("fp16" if dtype == "fp16" else "bf16")
+    rm = RooflineCostModel(model, hw, tp=int(tp), dtype=dtype if dtype in ("bf16", "fp16", "fp8", "fp32") else "bf16",
+                           act_dtype=act, sampling=op if fam == "sampling" and op in SAMPLING else "random")
     captured = {}
 
     def roof(flops, nbytes, eff, peak=None):
@@ -208,27 +212,53 @@ def fit_roofline(model, hw, dtype: str, groups: dict[str, list]) -> dict:
 
 # ---------------------------------------------------------------------- driver
 
-def _resolve_cards(meta: dict, folder: Path):
+def _resolve_cards(meta: dict, folder: Path, model_arg: str | None = None, hardware_arg: str | None = None):
+    """(model card, hardware card, model id, hardware id) of a profile folder. The model card:
+    ``--model`` (a catalog id or a card file), else the card file the profile recorded
+    (``model_card`` in meta.json), else the catalog, else ``calibration/cards/<id>.yaml``; the
+    hardware card likewise (``cpu``: ``calibration/cards/cpu-host.yaml``). A card that cannot be
+    found, or that names another model than the profile, is a FitError naming the flag to give."""
     from sim.catalog import CatalogError, get_hardware, get_model
 
     model_id = meta.get("model") or folder.name
     hw_id = meta.get("hardware_id") or folder.parent.name
     cards = Path(__file__).parent / "cards"
-    try:
-        model = get_model(model_id)
-    except CatalogError:
-        card = cards / f"{model_id}.yaml"
-        model = get_model(str(card)) if card.is_file() else None
-    try:
-        hw = get_hardware(hw_id)
-    except CatalogError:
-        card = cards / ("cpu-host.yaml" if hw_id == "cpu" else f"{hw_id}.yaml")
-        hw = get_hardware(str(card)) if card.is_file() else None
+
+    def first(get, candidates, flag, what, want):
+        for c in candidates:
+            if not c:
+                continue
+            try:
+                card = get(str(c))
+            except CatalogError as e:
+                if c is candidates[0] and flag:  # the user's own argument: say why it failed
+                    raise FitError(f"{flag} {c}: {e}") from None
+                continue
+            if card.id != want and what == "model":
+                raise FitError(f"{flag or 'model card'} {c} is {card.id!r} but the profile {folder} is of {want!r}")
+            return card
+        return None
+
+    recorded = meta.get("model_card")
+    model = first(get_model, [model_arg, recorded if recorded and Path(recorded).is_file() else None, model_id,
+                              cards / f"{model_id}.yaml" if (cards / f"{model_id}.yaml").is_file() else None],
+                  "--model" if model_arg else None, "model", model_id)
+    hw_card = cards / ("cpu-host.yaml" if hw_id == "cpu" else f"{hw_id}.yaml")
+    hw = first(get_hardware, [hardware_arg, hw_id, hw_card if hw_card.is_file() else None],
+               "--hardware" if hardware_arg else None, "hardware", hw_id)
+    if model is None:
+        raise FitError(f"{folder}: no model card for {model_id!r} (not in the catalog, not recorded by the profile, "
+                       f"not in calibration/cards/): give it with --model PATH/TO/{model_id}.yaml, so the roofline "
+                       "factors can be fitted")
+    if hw is None:
+        raise FitError(f"{folder}: no hardware card for {hw_id!r}: give it with --hardware ID or a card path")
     return model, hw, model_id, hw_id
 
 
-def fit(profile_dir: str | Path, out_root: str | Path = "calibration/fitted") -> Path:
-    """Fit one profile folder; returns the fitted folder ``out_root/<hardware>/<model>``."""
+def fit(profile_dir: str | Path, out_root: str | Path = "calibration/fitted", model: str | None = None,
+        hardware: str | None = None) -> Path:
+    """Fit one profile folder; returns the fitted folder ``out_root/<hardware>/<model>``.
+    ``model`` / ``hardware``: card ids or paths when the profile's own cannot be found."""
     folder = Path(profile_dir)
     if not folder.is_dir():
         raise FitError(f"profile folder {folder} does not exist")
@@ -236,7 +266,8 @@ def fit(profile_dir: str | Path, out_root: str | Path = "calibration/fitted") ->
     groups = group_points(folder)
     if not groups:
         raise FitError(f"{folder}: no profile rows (expected {', '.join(f + '.csv' for f in FAMILIES)})")
-    model, hw, model_id, hw_id = _resolve_cards(meta, folder)
+    card_file = str(Path(model).resolve()) if model and Path(model).is_file() else meta.get("model_card")
+    model, hw, model_id, hw_id = _resolve_cards(meta, folder, model, hardware)
     dest = Path(out_root) / hw_id / model_id
     dest.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
@@ -253,7 +284,7 @@ def fit(profile_dir: str | Path, out_root: str | Path = "calibration/fitted") ->
     np.savez(dest / TABLES_FILE, **arrays)
     (dest / "holdout.json").write_text(json.dumps(holdout, indent=1) + "\n")
     dtypes = sorted({k.split(SEP)[1] for k in groups})
-    fits = {dt: fit_roofline(model, hw, dt, train_groups) for dt in dtypes} if model and hw else {}
+    fits = {dt: fit_roofline(model, hw, dt, train_groups) for dt in dtypes}
     main = fits.get("bf16") or next(iter(fits.values()), {})
     (dest / "roofline_params.json").write_text(json.dumps(
         {"params": main.get("params", {}), "hardware_id": hw_id, "by_dtype": fits,
@@ -261,9 +292,11 @@ def fit(profile_dir: str | Path, out_root: str | Path = "calibration/fitted") ->
         indent=2) + "\n")
     (dest / "meta.json").write_text(json.dumps(
         {"hardware_id": hw_id, "model": model_id, "dtypes": dtypes, "tables": counts,
+         "model_card": card_file,
          "holdout_rule": f"every {HOLDOUT_EVERY}th interior grid point per table, from the first",
          "profile": {k: meta.get(k) for k in ("device_name", "torch_version", "cuda_version", "driver_version",
-                                              "date", "grid", "threads", "complete")},
+                                              "date", "grid", "threads", "complete", "host_load", "spread",
+                                              "warnings")},
          "source_folder": folder.name}, indent=2) + "\n")
     return dest
 
@@ -296,19 +329,33 @@ def main(argv: list[str] | None = None) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("profile_dir", help="a profile folder <root>/<hardware>/<model>, or a profiles root")
     p.add_argument("--out", default="calibration/fitted", help="fitted root; writes OUT/<hardware>/<model>/")
+    p.add_argument("--model", default=None, help="model card (catalog id or YAML path) when the profile's model "
+                   "is not in the catalog and its card file is not where the profile recorded it")
+    p.add_argument("--hardware", default=None, help="hardware card (catalog id or YAML path), likewise")
 
 
 def run(args) -> int:
     folders = profile_folders(Path(args.profile_dir))
     if not folders:
         raise FitError(f"no profile folders under {args.profile_dir}")
+    if len(folders) > 1 and (args.model or args.hardware):
+        raise FitError(f"--model / --hardware name one card, but {args.profile_dir} holds {len(folders)} profiles: "
+                       "fit one profile folder at a time")
     for f in folders:
-        dest = fit(f, args.out)
+        dest = fit(f, args.out, args.model, args.hardware)
         meta = json.loads((dest / "meta.json").read_text())
+        for w in meta["profile"].get("warnings") or []:
+            print(f"  warning (profile): {w}", file=sys.stderr)
+        for name in ("overhead.json", "engine_overhead.json"):
+            if (dest / name).is_file():
+                print(f"  warning: {dest / name} was fitted against the tables this fit replaced; run "
+                      f"{'servesim validate' if name == 'overhead.json' else 'servesim calibrate-engine'} again",
+                      file=sys.stderr)
         held = sum(c["held_out"] for c in meta["tables"].values())
-        params = json.loads((dest / "roofline_params.json").read_text())["params"]
+        by_dtype = json.loads((dest / "roofline_params.json").read_text())["by_dtype"]
         print(f"fitted {f} -> {dest} ({len(meta['tables'])} tables, {held} points held out)")
-        print("  roofline factors: " + ", ".join(f"{k}={v:.3g}" for k, v in params.items()))
+        for dt, fitted in by_dtype.items():
+            print(f"  roofline factors ({dt}): " + ", ".join(f"{k}={v:.3g}" for k, v in fitted.get("params", {}).items()))
     avg = average_params(args.out)
     if avg:
         (Path(args.out) / "roofline_params.json").write_text(json.dumps(

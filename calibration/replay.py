@@ -193,6 +193,14 @@ class ReplayModel:
         return torch.multinomial(torch.softmax(logits / 0.8, dim=-1), 1)
 
     # ------------------------------------------------------------------ timing
+    @property
+    def clock(self):
+        if self.dev.type == "cuda":
+            return time.perf_counter
+        from kernels.timing import cpu_clock
+
+        return cpu_clock(torch.get_num_threads())[1]
+
     def _sync(self):
         if self.dev.type == "cuda":
             torch.cuda.synchronize(self.dev)
@@ -200,17 +208,20 @@ class ReplayModel:
     def time_step(self, ids: list, new: list[int], ctx: list[int], repeats: int = 3) -> tuple[float, float]:
         """(host seconds, forward seconds) of the fastest of ``repeats`` runs of the same step (its
         KV writes are idempotent, so repeating a step leaves the cache as one run would). The
-        minimum estimates the uncontended time on a shared CPU; on a GPU repeats barely differ."""
+        minimum estimates the uncontended time on a shared CPU; on a GPU repeats barely differ.
+        Timed by ``clock``: wall clock with CUDA synchronisation on a GPU, process time on a CPU
+        with one torch thread (``kernels.timing.cpu_clock``)."""
         host, fwd = [], []
+        tick = self.clock
         for _ in range(repeats):
             self._sync()
-            t0 = time.perf_counter()
+            t0 = tick()
             inp = self.prepare(ids, new, ctx)
             self._sync()
-            t1 = time.perf_counter()
+            t1 = tick()
             self.forward(inp)
             self._sync()
-            t2 = time.perf_counter()
+            t2 = tick()
             host.append(t1 - t0)
             fwd.append(t2 - t1)
         k = min(range(repeats), key=lambda i: host[i] + fwd[i])

@@ -154,12 +154,26 @@ def get_plans(args, card, hw, folder: Path) -> dict | None:
         return P.load(path) if path.is_file() else None
     wl = P.CPU_WORKLOAD if args.device == "cpu" else P.GPU_WORKLOAD
     hw_arg = _hw_arg(args) if args.device == "cpu" else (args.hardware or hw.id)
+    dtype = [f"dtype={args.dtype}"] if args.dtype != "bf16" else []
     return P.make_plans(args.model, hw_arg,
-                        wl + (args.sets or []), profiles_dir=str(folder), seed=args.seed)
+                        wl + dtype + (args.sets or []), profiles_dir=str(folder), seed=args.seed)
 
 
 def _hw_arg(args) -> str:
     return args.hardware if args.hardware not in (None, "cpu") else str(HERE / "cards" / "cpu-host.yaml")
+
+
+def cost_model(card, hw, folder: Path, dtype: str):
+    """The profiled cost model of ``folder`` for ``dtype`` (fp32: activations and KV in fp32 too);
+    a ValidateError when the fitted tables hold no rows of that dtype."""
+    from sim.cost.profiled import load_profiled_cost_model
+
+    # the replay is its own engine: its overhead is the probe's (overhead.json), never another engine's
+    cm = load_profiled_cost_model(card, hw, profiles_dir=str(folder), dtype=dtype, overhead_files=("overhead.json",),
+                                  act_dtype="fp32" if dtype == "fp32" else "bf16")
+    if cm is None:
+        raise ValidateError(f"{folder}: the fitted tables hold no {dtype} rows; profile with --dtype {dtype} and fit")
+    return cm
 
 
 def step_kind(new: list[int]) -> str:
@@ -171,9 +185,8 @@ def run(args) -> dict:
     import torch
 
     from calibration.replay import ReplayModel, blocks_needed, probe_overhead, replay, weight_bytes
+    from kernels.timing import cpu_clock, host_load, load_warning
     from sim.kv.blocks import DEFAULT_BLOCK_SIZE
-    from sim.cost.profiled import load_profiled_cost_model
-    from sim.cost.roofline import RooflineCostModel
     from sim.types import BatchShape
 
     t_start = time.perf_counter()
@@ -183,6 +196,8 @@ def run(args) -> dict:
         raise ValidateError("--device cuda but torch sees no CUDA GPU")
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
+    clock = "cuda_events" if args.device == "cuda" else cpu_clock(args.threads)[0]
+    load_start = host_load()
     card, hw = resolve_cards(args.model, args.hardware, args.device)
     out, fitted_root = output_folders(args, hw.id, card.id)
     out.mkdir(parents=True, exist_ok=True)
@@ -191,7 +206,8 @@ def run(args) -> dict:
         folder = copy_fitted(folder, fitted_root / hw.id / card.id)
     kernel, kpoints = kernel_level(folder)
     result = {"device": {"type": args.device, "name": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
-                         "torch": torch.__version__, "threads": args.threads if args.device == "cpu" else None},
+                         "torch": torch.__version__, "threads": args.threads if args.device == "cpu" else None,
+                         "clock": clock, "host_load": {"start": load_start}},
               "meta": {"model": card.id, "hardware": hw.id, "dtype": args.dtype, "fitted": str(folder),
                        "date": time.strftime("%Y-%m-%d")},
               "kernel": kernel}
@@ -210,9 +226,7 @@ def run(args) -> dict:
         def predictor(cm):
             return lambda new, ctx: cm.step_time(BatchShape(tuple(new), tuple(ctx)))
 
-        cm = load_profiled_cost_model(card, hw, profiles_dir=str(folder), dtype=args.dtype)
-        if cm is None:
-            cm = RooflineCostModel(card, hw, dtype=args.dtype)
+        cm = cost_model(card, hw, folder, args.dtype)
         # probe: a model with room for the probe steps, then the overhead fit
         model = ReplayModel(card, dev, args.dtype, num_blocks=256, seed=args.seed)
         pred = predictor(cm)
@@ -230,8 +244,7 @@ def run(args) -> dict:
         result["step"] = result["ttft"] = result["tpot"] = {"median_ape": None, "p90_ape": None, "skipped": skip}
         print(f"replay skipped: {skip}")
     else:
-        cm = load_profiled_cost_model(card, hw, profiles_dir=str(folder), dtype=args.dtype) or \
-            RooflineCostModel(card, hw, dtype=args.dtype)
+        cm = cost_model(card, hw, folder, args.dtype)
         steps = doc["steps"][: args.max_steps] if args.max_steps else doc["steps"]
         doc = {**doc, "steps": steps}
         predicted = [cm.step_time(BatchShape(tuple(s["new"]), tuple(s["ctx"]))) for s in steps]
@@ -274,6 +287,11 @@ def run(args) -> dict:
     if kpoints and "step" in result and result["step"].get("skipped"):
         _figures(out, kpoints, [], [], [], card.id, hw.id)
     result["meta"]["wall_s"] = round(time.perf_counter() - t_start, 1)
+    result["device"]["host_load"]["end"] = host_load()
+    result["warnings"] = [w for w in (load_warning(result["device"]["host_load"][k], f"validation ({k})", clock)
+                                      for k in ("start", "end")) if w][:1]
+    for w in result["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
     (out / "validation.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"validation written to {out}/validation.json")
     return result

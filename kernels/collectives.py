@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from dataclasses import replace
 
 import torch
@@ -38,7 +39,7 @@ def _worker(rank: int, world: int, init_file: str, device_type: str, points: lis
             else:
                 outs = [torch.empty_like(x) for _ in range(world)]
                 fn = lambda: dist.all_gather(outs, x)  # noqa: E731
-            stats = measure(fn, device, timing, before=dist.barrier)
+            stats = measure(fn, device, timing, before=dist.barrier, clock=time.perf_counter)  # waits: wall clock
             rows.append({**key, **stats.row()})
     finally:
         dist.destroy_process_group()
@@ -50,8 +51,9 @@ def _worker(rank: int, world: int, init_file: str, device_type: str, points: lis
 def profile_collectives(points: list[dict], world_size: int, device_type: str, timing: TimingConfig,
                         threads: int = 1) -> list[dict]:
     """Time collective ``points`` (keys of family ``collective``) at one world size; returns rows."""
-    # Every rank must run the same number of repeats, so none is cut by the time cap.
-    timing = replace(timing, min_repeats=timing.repeats)
+    # Every rank must run the same number of repeats, so none is cut by the time cap or extended
+    # by its own spread (the ranks would disagree and deadlock at the barrier).
+    timing = replace(timing, min_repeats=timing.repeats, max_repeats=0)
     with tempfile.TemporaryDirectory() as tmp:
         init_file, result = os.path.join(tmp, "init"), os.path.join(tmp, "rows.json")
         mp.spawn(_worker, args=(world_size, init_file, device_type, points, timing, threads, result),

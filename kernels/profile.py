@@ -27,7 +27,8 @@ from kernels.args import ProfileError, resolve_model
 from kernels import grid as grids
 from kernels import ops
 from kernels.schema import FAMILIES, RowWriter, key_of, read_rows
-from kernels.timing import CPU_TIMING, GPU_TIMING, L2Flusher, TimingConfig, measure
+from kernels.timing import (CPU_TIMING, GPU_TIMING, L2Flusher, TimingConfig, cpu_clock, host_load, load_warning,
+                            measure, quantile)
 
 COMPUTE = ("gemm", "attn_prefill", "attn_decode", "elementwise", "sampling")
 
@@ -160,6 +161,12 @@ def _build(fam: str, key: dict, device: torch.device, model, tp: int):
     return ops.sampling(key, device)
 
 
+def model_card_path(arg: str) -> str | None:
+    """The absolute path of a model card given by file (recorded so ``fit`` finds it), else None."""
+    p = Path(arg)
+    return str(p.resolve()) if p.is_file() else None
+
+
 def _load_meta(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
@@ -206,14 +213,18 @@ def run(device: str, model: str, tps: list[int], dtypes: list[str], grid: str = 
 
     meta_path = folder / "meta.json"
     old = _load_meta(meta_path)
+    clock_name, clock = ("cuda_events", None) if dev.type == "cuda" else cpu_clock(threads)
+    load_start = host_load()
     flusher = L2Flusher(dev) if (dev.type == "cuda" and timing.flush_l2) else None
     meta = {
         "hardware_id": hardware_id, "model": card.id, "model_source": card_source,
+        "model_card": model_card_path(model),
         **environment(dev),
         "dtypes": sorted(set(old.get("dtypes", [])) | set(dtypes)),
         "tp": sorted(set(old.get("tp", [])) | set(tps)),
         "grid": grid, "grid_spec": grids.grid_spec(grid),
-        "timing": asdict(timing), "threads": threads if dev.type == "cpu" else None,
+        "timing": {**asdict(timing), "clock": clock_name}, "threads": threads if dev.type == "cpu" else None,
+        "host_load": {"start": load_start},
         "l2_flush_bytes": flusher.nbytes if flusher else 0,
         "block_size": ops.BLOCK_SIZE,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -235,12 +246,14 @@ def run(device: str, model: str, tps: list[int], dtypes: list[str], grid: str = 
     total = len(todo) + sum(len(p) for p in coll.values())
     bar = Progress(total, f"{hardware_id}/{card.id}", enabled=progress)
     added = 0
+    spreads: dict[str, list[float]] = {}
     try:
         for fam, key in todo:
             try:
                 fn = _build(fam, key, dev, card, key["tp"])
-                stats = measure(fn, dev, timing, before=flusher)
+                stats = measure(fn, dev, timing, before=flusher, clock=clock)
                 writers[fam].write({**key, **stats.row()})
+                spreads.setdefault(fam, []).append(stats.spread)
                 added += 1
             except (RuntimeError, torch.OutOfMemoryError) as e:  # keep an unattended campaign going
                 meta["failed"].append({"family": fam, "key": key, "error": str(e).splitlines()[0][:200]})
@@ -267,8 +280,45 @@ def run(device: str, model: str, tps: list[int], dtypes: list[str], grid: str = 
                                         "tp": tps, "dtypes": dtypes, "families": list(families)}]
         meta["elapsed_s"] = elapsed
         meta["complete"] = added == total
+        meta["host_load"]["end"] = host_load()
+        meta["spread"] = spread_summary(spreads, timing.target_spread)
+        meta["warnings"] = profile_warnings(meta)
         meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+        for w in meta["warnings"]:
+            print(f"kernels.profile: warning: {w}", file=sys.stderr)
     return folder
+
+
+NOISY_FRACTION = 0.2
+"""A profile is flagged when more than this fraction of its points kept a spread above target."""
+
+
+def spread_summary(spreads: dict[str, list[float]], target: float) -> dict:
+    """Per family (this run's points): how many, the median and p90 of (p90 - p10) / median, and
+    how many stayed above ``target`` after the extra repeats."""
+    out = {"target": target, "definition": "(time_us_p90 - time_us_p10) / time_us per point", "families": {}}
+    for fam, xs in sorted(spreads.items()):
+        out["families"][fam] = {"points": len(xs), "median": round(quantile(xs, 0.5), 4),
+                                "p90": round(quantile(xs, 0.9), 4), "above_target": sum(x > target for x in xs)}
+    return out
+
+
+def profile_warnings(meta: dict) -> list[str]:
+    """Warnings about a profile's meta: load that makes its timings doubtful, noisy points."""
+    out = []
+    clock = meta["timing"].get("clock", "perf_counter")
+    for when in ("start", "end"):
+        w = load_warning(meta["host_load"].get(when, {}), f"profile ({when})", clock)
+        if w:
+            out.append(w)
+            break
+    fams = meta.get("spread", {}).get("families", {})
+    n = sum(f["points"] for f in fams.values())
+    noisy = sum(f["above_target"] for f in fams.values())
+    if n and noisy > NOISY_FRACTION * n:
+        out.append(f"{noisy} of {n} points kept a spread (p90 - p10) / median above "
+                   f"{meta['spread']['target']:.0%} after extra repeats: the machine was noisy")
+    return out
 
 
 def main_args(args: argparse.Namespace) -> int:

@@ -114,7 +114,7 @@ class KV(_Strict):
     num_gpu_blocks: int | None = Field(default=None, ge=1, le=MAX_GPU_BLOCKS, description="override: blocks a real engine reported")
     runtime_overhead_gib: float = Field(default=1.0, ge=0, le=1024, description="CUDA context, NCCL, graphs (per GPU)")
     watermark: float = Field(default=0.01, ge=0, lt=1, description="fraction of blocks kept free at admission")
-    dtype: Literal["bf16", "fp16", "fp8"] | None = Field(default=None, description=(
+    dtype: Literal["bf16", "fp16", "fp8", "fp32"] | None = Field(default=None, description=(
         "KV-cache dtype; default = the activation dtype (precision.activations), as vLLM's "
         "kv_cache_dtype 'auto' keeps the model dtype even for fp8/fp4 weights"))
     preemption: Literal["recompute", "swap"] = "recompute"
@@ -165,6 +165,9 @@ class Cost(_Strict):
     framework_version: str | None = Field(
         default=None, description="framework version in the kernel database (default: the newest it holds)")
     profiles_dir: str | None = Field(default=None, description="fitted profiles folder (default: the shipped ones)")
+    sampling: Literal["random", "greedy"] = Field(default="random", description=(
+        "how tokens are sampled: random (temperature softmax + multinomial) or greedy (argmax); "
+        "a profile prices it from its rows of that method"))
     roofline: Roofline = Roofline()
 
 
@@ -228,8 +231,9 @@ class Output(_Strict):
 class Config(_Strict):
     model: str = "llama-3.1-8b"
     hardware: str = "h100-sxm"
-    dtype: Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4"] = Field(default="bf16", description=(
-        "weight dtype (bytes per parameter incl. block scales; GEMM tensor-core dtype)"))
+    dtype: Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4", "fp32"] = Field(default="bf16", description=(
+        "weight dtype (bytes per parameter incl. block scales; GEMM tensor-core dtype); fp32 (the "
+        "whole model in fp32, activations and KV cache too) only where a profile with fp32 rows exists"))
     precision: Precision = Precision()
     parallelism: Parallelism = Parallelism()
     cluster: Cluster = Cluster()
@@ -325,12 +329,18 @@ class Config(_Strict):
         return self
 
     @property
+    def act_dtype(self) -> str:
+        """The activation dtype: fp32 for fp32 weights (the whole model runs in fp32, as PyTorch's
+        CPU default), else ``precision.activations``."""
+        return "fp32" if self.dtype == "fp32" else self.precision.activations
+
+    @property
     def kv_dtype(self) -> str:
-        return self.kv.dtype or self.precision.activations
+        return self.kv.dtype or self.act_dtype
 
     @property
     def comm_dtype(self) -> str:
-        return self.precision.communication or self.precision.activations
+        return self.precision.communication or self.act_dtype
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")

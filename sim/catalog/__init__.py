@@ -15,18 +15,21 @@ import yaml
 
 HERE = Path(__file__).parent
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp4": 0.53125}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp4": 0.53125, "fp32": 4}
 """Bytes per element, block scales included. nvfp4 (NVIDIA ModelOpt / Blackwell): a 4-bit E2M1 value
 plus one FP8 (E4M3) scale per 16 values = 4 + 8/16 = 4.5 bits; mxfp4 (OCP microscaling, gpt-oss): a
 4-bit E2M1 value plus one 8-bit E8M0 scale per 32 values = 4 + 8/32 = 4.25 bits. The per-tensor fp32
 scale of nvfp4 is negligible and not counted."""
 
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
-COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": None}
+COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": None, "fp32": None}
 """Tensor-core dtype a GEMM with these weights runs in. fp8 weights run W8A8 on fp8 tensor cores
 (vLLM's fp8 path on Hopper/Ada/Blackwell/MI300X); nvfp4 runs W4A4 on Blackwell fp4 tensor cores;
 mxfp4 (gpt-oss) is priced weight-only: dequantised and multiplied in the activation dtype (None),
-as vLLM's Triton/Marlin MoE kernels do on Hopper and Ampere."""
+as vLLM's Triton/Marlin MoE kernels do on Hopper and Ampere. fp32 (the whole model in fp32, as
+PyTorch runs on a CPU) has no tensor-core peak in the cards: it is simulated only from a profile
+with fp32 rows, whose roofline fallback uses the bf16 peak with efficiency factors fitted on
+those fp32 rows (the factors absorb the ratio; ``calibration.fit``)."""
 
 
 class CatalogError(ValueError):
@@ -374,9 +377,22 @@ def get_model(key: str | ModelCard) -> ModelCard:
     return _lookup("models", key)
 
 
+CPU_HOST_IDS = ("cpu", "cpu-host")
+"""Ids the CPU profiler writes (``kernels.profile --device cpu``); not catalog hardware: the CPU
+host's card is a test card with placeholder figures, given by its path."""
+
+
 def get_hardware(key: str | HardwareCard) -> HardwareCard:
-    """Hardware card by id or alias (case-insensitive); unknown ids list the close matches."""
-    return _lookup("hardware", key)
+    """Hardware card by id or alias (case-insensitive); unknown ids list the close matches. The
+    CPU profiler's id ``cpu`` is not in the catalog: its error names the test card to give."""
+    try:
+        return _lookup("hardware", key)
+    except CatalogError:
+        if isinstance(key, str) and key.strip().lower() in CPU_HOST_IDS:
+            raise CatalogError(f"hardware {key!r} is the CPU host the profiler writes, not catalog hardware: give its "
+                               "card by path, hardware=calibration/cards/cpu-host.yaml (a test card with placeholder "
+                               "figures; id cpu, so it finds the fitted CPU tables)") from None
+        raise
 
 
 def load_model_card(path: str | Path) -> ModelCard:

@@ -1,6 +1,7 @@
-"""``servesim fit`` and ``servesim validate``: profiles -> fitted tables; validation against
-measurements (docs/calibration.md). ``fit`` needs numpy only; ``validate`` needs torch and is
-imported only when it runs."""
+"""``servesim fit``, ``servesim validate`` and ``servesim calibrate-engine``: profiles -> fitted
+tables; validation against measurements; the engine's host overhead fitted from the engine's own
+timings (docs/calibration.md). ``fit`` and ``calibrate-engine`` need numpy only; ``validate``
+needs torch and is imported only when it runs."""
 from __future__ import annotations
 
 from sim.errors import ServesimError
@@ -19,6 +20,13 @@ def register(sub) -> None:
                        description="Held-out kernel error and a real PyTorch replay of simulated step plans.")
     val_args(v)
     v.set_defaults(func=run_validate)
+    from calibration.engine import add_arguments as engine_args
+
+    e = sub.add_parser("calibrate-engine", help="fit your engine's host overhead (per step, sequence, context token) "
+                       "from its measured times", description="Fit the host overhead of your own engine from its "
+                       "static-batch times or vllm bench serve results, on some rows, and report the error on the rest.")
+    engine_args(e)
+    e.set_defaults(func=run_engine)
 
 
 def run_fit(args) -> int:
@@ -40,5 +48,15 @@ def run_validate(args) -> int:
     try:
         run(args)
     except ValidateError as e:
+        raise ServesimError(str(e)) from None
+    return 0
+
+
+def run_engine(args) -> int:
+    from calibration.engine import EngineCalibrationError, report, run
+
+    try:
+        print(report(run(args)))
+    except EngineCalibrationError as e:
         raise ServesimError(str(e)) from None
     return 0

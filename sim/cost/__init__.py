@@ -1,10 +1,12 @@
 """Cost models: the roofline (always available) and profiled tables (when calibrated)."""
 from __future__ import annotations
 
+import warnings
+
 from sim.cost.base import CostModel
 from sim.cost.profiled import fitted_gpu_average, load_profiled_cost_model
 from sim.cost.roofline import RooflineCostModel, RooflineParams
-from sim.errors import ConfigError
+from sim.errors import ConfigError, ServesimWarning
 
 __all__ = ["CostModel", "RooflineCostModel", "RooflineParams", "make_cost_model"]
 
@@ -20,22 +22,33 @@ def make_cost_model(cfg, model, hw) -> CostModel:
     improve from the profiled ones."""
     params = RooflineParams(**cfg.cost.roofline.model_dump())
     kw = dict(tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype, kv_dtype=cfg.kv_dtype,
-              block_size=cfg.kv.block_size, act_dtype=cfg.precision.activations, comm_dtype=cfg.comm_dtype)
+              block_size=cfg.kv.block_size, act_dtype=cfg.act_dtype, comm_dtype=cfg.comm_dtype,
+              sampling=cfg.cost.sampling)
+    user = user_set_params(cfg)
     if cfg.cost.model == "kerneldb":
         return _kerneldb(cfg, model, hw, params, kw)
     if cfg.cost.model != "roofline":
         cm = load_profiled_cost_model(model, hw, params=params, profiles_dir=cfg.cost.profiles_dir,
-                                      required=cfg.cost.model == "profiled", **kw)
+                                      required=cfg.cost.model == "profiled", user_params=user, **kw)
         if cm is not None:
+            for note in ([cm.user_note] if cm.user_note else []) + cm.profile_warnings:
+                warnings.warn(note, ServesimWarning, stacklevel=2)  # --set won; a profile taken under load
             return cm
         if cfg.cost.model == "profiled":
             raise ConfigError(f"cost.model: no profile for ({hw.id}, {model.id}, {cfg.dtype}); run servesim profile + fit, or use auto")
+        if cfg.dtype == "fp32":
+            raise ConfigError(f"dtype fp32: priced only from a profile with fp32 rows, and there is none for "
+                              f"({hw.id}, {model.id}); profile with --dtype fp32, fit, and point cost.profiles_dir at "
+                              "the fitted root")
         cm = _kerneldb(cfg, model, hw, params, kw)
         if not isinstance(cm, str):
             return cm
         why = cm  # (auto: why the kernel database does not price this run)
     else:
         why = None
+    if cfg.dtype == "fp32":
+        raise ConfigError("dtype fp32: priced only from a profile with fp32 rows (cost.model auto or profiled); "
+                          "the roofline has no fp32 peak")
     source = "defaults"
     if cfg.cost.roofline == type(cfg.cost.roofline)():  # the user set no factor: use fitted GPU ones
         fitted = fitted_gpu_average(cfg.cost.profiles_dir)
@@ -47,6 +60,13 @@ def make_cost_model(cfg, model, hw) -> CostModel:
     cm.params_source = source
     cm.fallback_reason = why
     return cm
+
+
+def user_set_params(cfg) -> tuple[str, ...]:
+    """The ``cost.roofline`` fields the user set (to a value other than the default): these win
+    over fitted values, which ``make_cost_model`` notes."""
+    user, default = cfg.cost.roofline.model_dump(), type(cfg.cost.roofline)().model_dump()
+    return tuple(k for k in user if user[k] != default[k])
 
 
 def _kerneldb(cfg, model, hw, params: RooflineParams, kw: dict):
@@ -71,6 +91,10 @@ def _kerneldb(cfg, model, hw, params: RooflineParams, kw: dict):
         return str(e)
     user = c.roofline.model_dump()
     default = type(c.roofline)().model_dump()
+    for k in ("cpu_per_token_s", "cpu_per_seq_ctx_s"):
+        if user[k] != default[k]:
+            raise ConfigError(f"cost.roofline.{k}: the kernel-database model prices its engine overhead per step and "
+                              "per sequence only; use cost.model profiled or roofline for this term")
     for k in ("cpu_step_s", "cpu_per_seq_s"):
         if user[k] != default[k]:
             setattr(cm, "p", type(cm.p)(**{**cm.p.as_dict(), k: user[k]}))

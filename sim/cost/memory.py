@@ -171,7 +171,7 @@ def memory_for_config(cfg, model: ModelCard, hw: HardwareCard) -> MemoryPlan:
                        gpu_memory_utilization=cfg.kv.gpu_memory_utilization,
                        max_num_batched_tokens=knobs.max_step_tokens, max_num_seqs=knobs.max_num_seqs,
                        runtime_overhead_gib=cfg.kv.runtime_overhead_gib, num_gpu_blocks=cfg.kv.num_gpu_blocks,
-                       act_dtype=cfg.precision.activations, draft=draft_memory(cfg, model))
+                       act_dtype=cfg.act_dtype, draft=draft_memory(cfg, model))
 
 
 def draft_memory(cfg, model: ModelCard) -> tuple[float, float]:
@@ -181,7 +181,7 @@ def draft_memory(cfg, model: ModelCard) -> tuple[float, float]:
     sp = getattr(cfg, "speculative", None)
     if sp is None or not sp.enabled or sp.method == "ngram":
         return (0.0, 0.0)
-    par, act = cfg.parallelism, cfg.precision.activations
+    par, act = cfg.parallelism, cfg.act_dtype
     if sp.draft_model is not None:
         from sim.catalog import get_model
 

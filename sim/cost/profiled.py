@@ -114,15 +114,44 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
-def fitted_params(folder: Path, base: RooflineParams | None = None) -> RooflineParams:
-    """The device's roofline factors: fitted ones, overhead measured by validate, else ``base``."""
+ENGINE_OVERHEAD_FILE = "engine_overhead.json"
+"""Host overhead fitted from the user's own engine (``servesim calibrate-engine``)."""
+
+OVERHEAD_FILES = ("overhead.json", ENGINE_OVERHEAD_FILE)
+"""Overhead files in rising precedence: the replay probe of ``servesim validate``, then the fit
+to the user's engine, which describes the engine being predicted."""
+
+CPU_KEYS = ("cpu_step_s", "cpu_per_seq_s", "cpu_per_token_s", "cpu_per_seq_ctx_s")
+
+
+def fitted_params(folder: Path, base: RooflineParams | None = None, dtype: str | None = None,
+                  user: tuple[str, ...] = (), overhead_files: tuple[str, ...] = OVERHEAD_FILES
+                  ) -> tuple[RooflineParams, dict]:
+    """The device's roofline factors and where each came from: the factors fitted for ``dtype``
+    (else the folder's main ones), the overhead of ``overhead.json`` then ``engine_overhead.json``,
+    else ``base``; a field named in ``user`` (set by the user, ``cost.roofline``) always keeps
+    ``base``'s value. Returns (params, {field: source}) for the fields not from ``base``, plus
+    ``overridden``: the fitted values the user's replaced."""
     base = base or RooflineParams()
     names = {f.name for f in fields(RooflineParams)}
     vals = base.as_dict()
-    for fname in ("roofline_params.json", "overhead.json"):
-        data = _read_json(folder / fname)
-        vals.update({k: float(v) for k, v in data.get("params", data).items() if k in names and v is not None})
-    return RooflineParams(**vals)
+    src: dict = {}
+    overridden: dict = {}
+    rp = _read_json(folder / "roofline_params.json")
+    layers = [("roofline_params.json", (rp.get("by_dtype", {}).get(dtype) or {}).get("params") or rp.get("params", rp))]
+    layers += [(f, _read_json(folder / f).get("params", {})) for f in overhead_files]
+    for fname, data in layers:
+        for k, v in data.items():
+            if k not in names or v is None:
+                continue
+            if k in user:
+                overridden[k] = {"fitted": float(v), "file": fname, "used": vals[k]}
+                continue
+            vals[k] = float(v)
+            src[k] = fname
+    if overridden:
+        src["overridden"] = overridden
+    return RooflineParams(**vals), src
 
 
 class ProfiledCostModel(RooflineCostModel):
@@ -197,7 +226,7 @@ class ProfiledCostModel(RooflineCostModel):
         return self._lookup(tab, lambda a, _b: RooflineCostModel.elementwise(self, op, max(1, round(a))), tokens)
 
     def sampling(self, num_seqs: int) -> float:
-        tab = self._table("sampling", "random") or self._table("sampling", "greedy")
+        tab = self._table("sampling", self.sampling_op)  # the profile's rows of this method
         if tab is None or num_seqs <= 0:
             return super().sampling(num_seqs)
         return self._lookup(tab, lambda a, _b: RooflineCostModel.sampling(self, max(1, round(a))), num_seqs)
@@ -244,11 +273,14 @@ def find_fitted(hardware_id: str, model_id: str, profiles_dir: str | Path | None
 def load_profiled_cost_model(model, hw, *, params: RooflineParams | None = None, profiles_dir=None,
                              required: bool = False, tp: int = 1, pp: int = 1, dtype: str = "bf16",
                              kv_dtype: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
+                             user_params: tuple[str, ...] = (), overhead_files: tuple[str, ...] = OVERHEAD_FILES,
                              **precision) -> ProfiledCostModel | None:
     """A ProfiledCostModel when fitted tables for (hardware, model, dtype) exist, else None.
 
     The device's fitted efficiency factors and measured overhead replace ``params`` (they describe
-    this device); they price the operators the profile lacks and the out-of-range scaling.
+    this device); they price the operators the profile lacks and the out-of-range scaling. A field
+    named in ``user_params`` (set by the user) keeps its value from ``params``, and the model's
+    ``params_source`` says so. ``overhead_files``: the overhead files read (``OVERHEAD_FILES``).
     """
     folder = find_fitted(hw.id, model.id, profiles_dir)
     if folder is None:
@@ -256,7 +288,19 @@ def load_profiled_cost_model(model, hw, *, params: RooflineParams | None = None,
     tables = load_tables(folder)
     if not any(k.split(SEP)[1] == dtype for k in tables):
         return None
+    p, src = fitted_params(folder, params, dtype, user_params, overhead_files)
     cm = ProfiledCostModel(model, hw, tables, tp=tp, pp=pp, dtype=dtype, kv_dtype=kv_dtype,
-                           block_size=block_size, params=fitted_params(folder, params), **precision)
+                           block_size=block_size, params=p, **precision)
     cm.params_source = f"fitted for this device ({folder})"
+    files = sorted({v for k, v in src.items() if k in CPU_KEYS})
+    if files:
+        cm.params_source += f"; host overhead from {' and '.join(files)}"
+    over = src.get("overridden", {})
+    cm.user_note = ""
+    if over:
+        cm.user_note = "set by the user (cost.roofline), replacing fitted values: " + ", ".join(
+            f"{k}={o['used']:.4g} (fitted {o['fitted']:.4g} in {o['file']})" for k, o in sorted(over.items()))
+        cm.params_source += "; " + cm.user_note
+    cm.profile_warnings = [f"the profile behind {folder}: {w}"
+                           for w in (_read_json(folder / "meta.json").get("profile") or {}).get("warnings") or []]
     return cm

@@ -44,8 +44,15 @@ Formulas (b = bytes per element, T = new tokens in the step, h = hidden size):
   after the MLP); an all-gather of the logits shards likewise.
 - Pipeline parallelism: stages run one after another for a step (no micro-batch overlap; a stated
   simplification) with a send/recv of T*h*b bytes between stages over the GPU link.
-- CPU: ``cpu_step_s + cpu_per_seq_s * num_seqs`` per step (scheduling, input preparation,
-  detokenisation), added serially.
+- CPU: ``cpu_step_s + cpu_per_seq_s * num_seqs + cpu_per_token_s * T + cpu_per_seq_ctx_s * kv_tokens``
+  per step (scheduling, input preparation, detokenisation; the last two, 0 by default, are work
+  outside the kernel profile that grows with the step's tokens, as an eager engine's Python glue
+  around every layer does, and with every sequence's context, as an engine that copies or masks
+  its whole KV cache every step does; ``kv_tokens`` = the context of every scheduled sequence
+  after the step, summed), added serially. ``servesim calibrate-engine`` fits them from the
+  user's engine.
+- Sampling: ``random`` (default; temperature softmax + multinomial: the logits read three times)
+  or ``greedy`` (argmax: read once), fp32 logits over the full vocabulary.
 - Swap: blocks * block bytes / host-link bandwidth (one direction each).
 """
 from __future__ import annotations
@@ -82,6 +89,12 @@ class RooflineParams:
     - ``cpu_step_s`` 3e-4 and ``cpu_per_seq_s`` 5e-6: host-side scheduling and input preparation
       per step and per scheduled sequence, a few hundred microseconds per step as engines with CUDA
       graphs show; replaced by calibration.
+    - ``cpu_per_token_s`` 0: work per token of the step that no kernel profile sees (an eager
+      engine's Python and unfused elementwise glue around each layer); none by default,
+      fitted by ``servesim calibrate-engine`` where an engine has it.
+    - ``cpu_per_seq_ctx_s`` 0: host-side work per context token of each scheduled sequence (an
+      engine that rebuilds masks or concatenates its KV cache every step); none by default (paged
+      engines do not), fitted by ``servesim calibrate-engine`` where an engine has it.
     """
 
     # the one source of these defaults: the config's ``cost.roofline`` section is built from
@@ -93,9 +106,21 @@ class RooflineParams:
     allreduce_latency_s: float = field(default=8e-6, metadata=_NONNEG)
     cpu_step_s: float = field(default=3e-4, metadata=_NONNEG)
     cpu_per_seq_s: float = field(default=5e-6, metadata=_NONNEG)
+    cpu_per_token_s: float = field(default=0.0, metadata=_NONNEG)
+    cpu_per_seq_ctx_s: float = field(default=0.0, metadata=_NONNEG)
+
+    def grows(self) -> bool:
+        """Whether the host overhead has a term per token or per context token (then decode
+        runs are priced step by step: their CPU term is not the same every step)."""
+        return bool(self.cpu_per_token_s or self.cpu_per_seq_ctx_s)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+SAMPLING = {"random": 3.0, "greedy": 1.0}
+"""Sampling methods and how many times each reads the fp32 logits: random = softmax (read, write)
+and multinomial (read); greedy = one argmax."""
 
 
 VECTOR_STEPS = 48
@@ -154,11 +179,15 @@ class RooflineCostModel:
 
     def __init__(self, model: ModelCard, hw: HardwareCard, *, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", kv_dtype: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                 params: RooflineParams | None = None, act_dtype: str = "bf16", comm_dtype: str | None = None):
+                 params: RooflineParams | None = None, act_dtype: str = "bf16", comm_dtype: str | None = None,
+                 sampling: str = "random"):
         if (why := model.parallelism_problem(tp, pp)) is not None:
             raise ValueError(why)
         self.model, self.hw, self.tp, self.pp = model, hw, tp, pp
         self.dtype = dtype  # weights
+        if sampling not in SAMPLING:
+            raise ValueError(f"sampling must be one of {', '.join(SAMPLING)}, not {sampling!r}")
+        self.sampling_op = sampling
         self.act_dtype = act_dtype
         self.kv_dtype = kv_dtype or act_dtype
         self.comm_dtype = comm_dtype or act_dtype
@@ -315,7 +344,8 @@ class RooflineCostModel:
         return self._roof(0.0, nbytes, 1.0)
 
     def sampling(self, num_seqs: int) -> float:
-        return self._roof(0.0, 3.0 * num_seqs * self.shapes.vocab * 4, 1.0)
+        reads = SAMPLING[self.sampling_op]
+        return self._roof(0.0, reads * num_seqs * self.shapes.vocab * 4, 1.0)
 
     def collective(self, op: str, nbytes: float, world: int) -> float:
         if world <= 1:
@@ -465,7 +495,8 @@ class RooflineCostModel:
         """``decode_step(...).total`` with the same side effects (out-of-range counts), without
         building a StepTime: the fast-forward's per-step price for models without
         ``decode_totals`` when no per-step rows are kept."""
-        if type(self)._price is not RooflineCostModel._price or type(self).decode_step is not RooflineCostModel.decode_step:
+        if (type(self)._price is not RooflineCostModel._price or type(self).decode_step is not RooflineCostModel.decode_step
+                or self.p.grows()):
             return self.decode_step(num_seqs, kv_tokens, longest).total
         n = num_seqs
         gemm, other, comm, oor = self._dense_part(n, n)
@@ -479,9 +510,10 @@ class RooflineCostModel:
 
     def _plain_decode(self) -> bool:
         """True when decode steps are priced by this class's own roofline (subclasses that
-        price decode attention or the dense part otherwise get no vectorised series)."""
+        price decode attention or the dense part otherwise get no vectorised series; nor does a
+        host overhead per token or context token, which the series' constant CPU term leaves out)."""
         return (type(self).attn_decode is RooflineCostModel.attn_decode
-                and type(self)._dense_part is RooflineCostModel._dense_part)
+                and type(self)._dense_part is RooflineCostModel._dense_part and not self.p.grows())
 
     def decode_totals(self, num_seqs: int, kv_tokens: int, longest: int, steps: int):
         """The ``total`` of ``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by
@@ -659,6 +691,8 @@ class RooflineCostModel:
                 W = self.shapes.window
                 ad = ad + self.layers_window * self.attn_decode(dec_n, min(dec_kv, dec_n * W), min(dec_max, W))
         self._oor += oor
+        if self.p.grows():  # per token of the step; per context token of its sequences after it
+            cpu = cpu + self.p.cpu_per_token_s * tokens + self.p.cpu_per_seq_ctx_s * (dec_kv + sum(q + c for q, c in chunks))
         swap = 0.0
         if swapped:
             block_bytes = self.block_size * kv_bytes_per_token_per_gpu(self.model, self.tp, self.pp, self.kv_dtype)

@@ -328,7 +328,7 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
             "usd_per_million_output_tokens": (usd / out_tok * 1e6) if (usd is not None and out_tok) else None,
         },
         "kv": {**out.memory, "peak_blocks_used": int(log.peak_kv_blocks), "gpu_memory_source": memory_source(cfg)},
-        "precision": {"weights": cfg.dtype, "activations": cfg.precision.activations, "kv_cache": cfg.kv_dtype,
+        "precision": {"weights": cfg.dtype, "activations": cfg.act_dtype, "kv_cache": cfg.kv_dtype,
                       "communication": cfg.comm_dtype},
         "prefix_cache": prefix_cache(cfg, tally),
         "workload": out.workload_info,
