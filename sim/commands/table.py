@@ -1,6 +1,8 @@
 """The short summary table printed after a run."""
 from __future__ import annotations
 
+from sim.metrics.verdict import verdict_line
+
 
 UNITS = (("ms", 1e-3, 1.0), ("s", 1.0, 60.0), ("min", 60.0, 3600.0), ("h", 3600.0, float("inf")))
 """(unit, seconds per unit, below this many seconds): a duration takes the first unit it fits."""
@@ -79,6 +81,9 @@ def print_summary(s: dict, cfg) -> None:
         print(f"precision: weights {pr['weights']}, activations {pr['activations']}, KV cache {pr['kv_cache']}, "
               f"all-reduce {pr['communication']} | KV cache {kv.get('num_gpu_blocks', 0):,} blocks per GPU "
               f"from {kv.get('gpu_gib', 0):g} GiB")
+    line = verdict_line(s.get("verdict"))
+    if line:
+        print(line)
     sim = s["sim"]
     print(f"simulated {sim['simulated_s']:,.1f} s in {sim['steps']:,} steps, wall {sim['wall_s']:.2f} s")
     if sim.get("out_of_range_queries"):

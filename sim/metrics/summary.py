@@ -11,6 +11,8 @@
 - Cost = GPU-hours over the makespan x $/GPU-hour; $ per million output tokens. With
   autoscaling, GPU-hours count each replica only while provisioned (cold start included), from
   t = 0 to the end of the run, and the ``autoscale`` block gives them over time.
+- Verdict: stable, backlogged or overloaded, with its evidence and the knob to turn, from the
+  request rows (``sim/metrics/verdict.py``); an overloaded run also gets a warning.
 - Requests: arrived = completed + rejected + lost + unfinished (lost: taken by a fault, with the
   reason; unfinished is 0 at the end of every run).
 """
@@ -25,6 +27,7 @@ import pandas as pd
 
 from sim.catalog import get_hardware
 from sim.metrics.columns import FrameColumns, RequestColumns
+from sim.metrics.verdict import LoadFold, verdict_line
 
 PCTS = (50, 90, 99)
 
@@ -182,7 +185,7 @@ def slo_met(req: pd.DataFrame, slo) -> np.ndarray:
 
 GROUPS = ("slo_class", "tenant")
 TALLY_COLUMNS = ["status", "arrival_s", "prompt_tokens", "generated_tokens", "ttft_s", "tpot_s", "preemptions",
-                 "cached_tokens", "slo_class", "tenant", "reject_reason"]
+                 "cached_tokens", "slo_class", "tenant", "reject_reason", "first_scheduled_s", "finish_s"]
 
 
 def _reasons(into: dict, reasons: pd.Series) -> None:
@@ -275,8 +278,11 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
     cfg = out.config
     src = req if isinstance(req, RequestColumns) else FrameColumns(req)
     tally = Tally(cfg.slo)
+    load = LoadFold(out.simulated_s)
     for batch in src.batches(TALLY_COLUMNS):
         tally.add(batch)
+        load.add(batch)
+    verdict = load.verdict(cfg.cluster.replicas)
     arrived = tally.arrived
     t0 = tally.t0 if arrived else 0.0
     makespan = max(out.simulated_s - t0, 1e-12)
@@ -331,7 +337,8 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
         "prefix_cache": prefix_cache(cfg, tally),
         "workload": out.workload_info,
         "cost_model": cost_model_block(out),
-        "warnings": list(getattr(out, "warnings", [])),
+        "verdict": verdict,
+        "warnings": list(getattr(out, "warnings", [])) + ([verdict_line(verdict)] if verdict["state"] == "overloaded" else []),
         "sim": {
             "wall_s": wall_s,
             "steps": int(log.count),

@@ -38,6 +38,7 @@ from sim.config import SchedulerSection, _format_error, load_config
 from sim.cost.memory import MemoryShortfall, memory_for_config
 from sim.errors import ConfigError, ServesimError
 from sim.metrics.summary import price_of
+from sim.metrics.verdict import worst_verdict
 from sim.sweep.capacity import Capacity, SearchSettings, capacity_tasks, probe_estimate, set_key, sized, with_slos
 from sim.sweep.runner import Driver
 from sim.sweep.store import RunStore
@@ -250,7 +251,9 @@ def _fleet_metrics(v: dict) -> dict:
     out_tok = s0["throughput"]["output_tokens_per_s"] * s0["sim"]["makespan_s"]
     return {"ttft_p99_s": mean(lambda s: s["ttft_s"]["p99"]), "tpot_p99_s": mean(lambda s: s["tpot_s"]["p99"] or 0.0),
             "e2e_p99_s": mean(lambda s: s["e2e_s"]["p99"]), "slo_attainment": mean(lambda s: s["goodput"]["slo_attainment"]),
-            "cost_model": s0["sim"]["cost_model"], "mean_output_tokens": out_tok / max(1, s0["requests"]["completed"])}
+            "cost_model": s0["sim"]["cost_model"], "mean_output_tokens": out_tok / max(1, s0["requests"]["completed"]),
+            "verdict": worst_verdict([(s.get("verdict") or {}).get("state") for s in sums])}
+
 
 
 def candidate_row(c: Candidate, base: dict, rate: float, settings: SearchSettings, skipped: str | None,
