@@ -87,6 +87,11 @@ def print_summary(s: dict, cfg) -> None:
     sim = s["sim"]
     print(f"simulated {sim['simulated_s']:,.1f} s in {sim['steps']:,} steps, wall {sim['wall_s']:.2f} s")
     if sim.get("out_of_range_queries"):
+        ext = (s.get("cost_model") or {}).get("extrapolated")
+        where = ""
+        if ext:
+            where = ": " + "; ".join(f"{e['operator']} {e['queries']:,} ({100 * (e['gpu_share'] or 0):.1f}% of GPU time"
+                                     f"{', material' if e['material'] else ''})" for e in ext)
         print(f"note: {sim['out_of_range_queries']:,} operator queries fell outside the profiled grid "
-              f"(priced at the grid edge, scaled by the roofline)")
+              f"(priced at the grid edge, scaled by the roofline){where}")
     print()

@@ -98,6 +98,10 @@ class RooflineParams:
         return asdict(self)
 
 
+FIELD = 64
+COUNT_MASK = (1 << FIELD) - 1
+"""The out-of-range count ``_oor`` holds the total number of queries in its low ``FIELD`` bits;
+a model that records more per query packs it above them (``sim.cost.kerneldb.Extrapolation``)."""
 VECTOR_STEPS = 48
 """``decode_totals`` of at least this many steps are computed with numpy arrays (but see ``LOOP_STEPS``)."""
 
@@ -631,7 +635,7 @@ class RooflineCostModel:
             block_bytes = self.block_size * kv_bytes_per_token_per_gpu(self.model, self.tp, self.pp, self.kv_dtype)
             swap = swapped * block_bytes / self.hw.host_bw
         total = gemm + ap + ad + comm + other + cpu + swap
-        return StepTime(total, gemm, ap, ad, comm, other, cpu, swap, self.source, oor)
+        return StepTime(total, gemm, ap, ad, comm, other, cpu, swap, self.source, oor & COUNT_MASK)
 
     def _fixed_part(self, tokens: int, n: int, chunks) -> tuple[float, float, float, float, float, int]:
         """(gemm, attn_prefill, comm, other_gpu, cpu, out-of-range queries of the dense part) of a
@@ -646,4 +650,4 @@ class RooflineCostModel:
         return gemm, ap, comm, other, cpu, oor
 
     def out_of_range_total(self) -> int:
-        return self._oor
+        return self._oor & COUNT_MASK

@@ -27,6 +27,7 @@ import pandas as pd
 
 from sim.catalog import get_hardware
 from sim.metrics.columns import FrameColumns, RequestColumns
+from sim.metrics.extrapolation import annotate
 from sim.metrics.verdict import LoadFold, verdict_line
 
 PCTS = (50, 90, 99)
@@ -283,6 +284,10 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
         tally.add(batch)
         load.add(batch)
     verdict = load.verdict(cfg.cluster.replicas)
+    cost_block = cost_model_block(out)
+    extrap_warnings = []
+    if "extrapolated" in cost_block:
+        cost_block["extrapolated"], extrap_warnings = annotate(cost_block["extrapolated"], out.steps.busy_ns / 1e9)
     arrived = tally.arrived
     t0 = tally.t0 if arrived else 0.0
     makespan = max(out.simulated_s - t0, 1e-12)
@@ -336,9 +341,10 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
                       "communication": cfg.comm_dtype},
         "prefix_cache": prefix_cache(cfg, tally),
         "workload": out.workload_info,
-        "cost_model": cost_model_block(out),
+        "cost_model": cost_block,
         "verdict": verdict,
-        "warnings": list(getattr(out, "warnings", [])) + ([verdict_line(verdict)] if verdict["state"] == "overloaded" else []),
+        "warnings": list(getattr(out, "warnings", [])) + extrap_warnings
+                    + ([verdict_line(verdict)] if verdict["state"] == "overloaded" else []),
         "sim": {
             "wall_s": wall_s,
             "steps": int(log.count),
