@@ -128,7 +128,7 @@ def register(sub) -> None:
 
 
 SWEEP_COLUMNS = ("ttft_s.p50", "ttft_s.p99", "tpot_s.p99", "throughput.output_tokens_per_s", "goodput.slo_attainment",
-                 "cost.usd_per_million_output_tokens")
+                 "cost.usd_per_million_output_tokens", "verdict.state")
 """The metrics of the table ``sweep`` prints at the end (results.parquet holds them all)."""
 
 

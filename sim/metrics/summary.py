@@ -11,6 +11,8 @@
 - Cost = GPU-hours over the makespan x $/GPU-hour; $ per million output tokens. With
   autoscaling, GPU-hours count each replica only while provisioned (cold start included), from
   t = 0 to the end of the run, and the ``autoscale`` block gives them over time.
+- Error band: the kernel database's measured error on the nearest validated group of measured
+  runs, as a range around the TTFT and TPOT percentiles (``sim/metrics/error_band.py``).
 - Verdict: stable, backlogged or overloaded, with its evidence and the knob to turn, from the
   request rows (``sim/metrics/verdict.py``); an overloaded run also gets a warning.
 - Requests: arrived = completed + rejected + lost + unfinished (lost: taken by a fault, with the
@@ -27,6 +29,7 @@ import pandas as pd
 
 from sim.catalog import get_hardware
 from sim.metrics.columns import FrameColumns, RequestColumns
+from sim.metrics.error_band import error_band
 from sim.metrics.extrapolation import annotate
 from sim.metrics.verdict import LoadFold, verdict_line
 
@@ -291,6 +294,10 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
     arrived = tally.arrived
     t0 = tally.t0 if arrived else 0.0
     makespan = max(out.simulated_s - t0, 1e-12)
+    ttft, tpot = dist(src.finished("ttft_s")), dist(src.finished("tpot_s"))
+    e2e_v = src.finished("e2e_s")
+    e2e, in_flight = dist(e2e_v), float(np.nansum(e2e_v)) / makespan / max(1, cfg.cluster.replicas)
+    del e2e_v
     out_tok, in_tok, met = tally.output_tokens, tally.input_tokens, tally.met
     price, price_src = price_of(cfg)
     fleet = getattr(out, "fleet", None)
@@ -314,10 +321,10 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
             "rejected_by_reason": dict(sorted(tally.reject_reasons.items())),
             **({"lost": tally.lost, "lost_reasons": dict(sorted(tally.lost_reasons.items()))} if tally.lost or extra else {}),
         },
-        "ttft_s": dist(src.finished("ttft_s")),
-        "tpot_s": dist(src.finished("tpot_s")),
+        "ttft_s": ttft,
+        "tpot_s": tpot,
         "itl_s": out.itl.dist() if hasattr(out.itl, "dist") else weighted_dist(out.itl.values, *out.itl.runs()),
-        "e2e_s": dist(src.finished("e2e_s")),
+        "e2e_s": e2e,
         "queue_s": dist(src.finished("queue_s")),
         "throughput": {
             "requests_per_s": tally.completed / makespan,
@@ -342,6 +349,8 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
         "prefix_cache": prefix_cache(cfg, tally),
         "workload": out.workload_info,
         "cost_model": cost_block,
+        "error_band": error_band(getattr(out, "cost_info", None), out.cost_source, cfg.hardware, cfg.dtype, in_flight,
+                                 ttft, tpot),
         "verdict": verdict,
         "warnings": list(getattr(out, "warnings", [])) + extrap_warnings
                     + ([verdict_line(verdict)] if verdict["state"] == "overloaded" else []),

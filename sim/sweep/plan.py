@@ -344,8 +344,8 @@ def plan_markdown(table: pd.DataFrame, meta: dict) -> str:
     lines += ["", (f"**Cheapest fleet**: {int(ch['replicas'])} x {ch['candidate']} = {int(ch['gpus'])} GPUs, "
                    f"${ch['usd_per_hour']:.2f}/hour, headroom {100 * ch['headroom']:.0f}%"
                    if ch else "**No fleet meets the SLOs at a known price.**"), "",
-              "| rank | candidate | status | capacity/replica (min / mean / max req/s) | replicas | GPUs | $/GPU-h | $/hour | $/M out tok | headroom | p99 TTFT (ms) | p99 TPOT (ms) | cost model | note |",
-              "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+              "| rank | candidate | status | capacity/replica (min / mean / max req/s) | replicas | GPUs | $/GPU-h | $/hour | $/M out tok | headroom | p99 TTFT (ms) | p99 TPOT (ms) | load (worst run) | cost model | note |",
+              "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for r in table.to_dict("records"):
         cap = "-" if pd.isna(r.get("capacity_rps_min", float("nan"))) else \
             f"{r['capacity_rps_min']:.4g} / {r['capacity_rps_mean']:.4g} / {r['capacity_rps_max']:.4g}"
@@ -354,7 +354,8 @@ def plan_markdown(table: pd.DataFrame, meta: dict) -> str:
         lines.append(f"| {r['rank']} | {r['candidate']} | {r['status']} | {cap} | {_fmt(r.get('replicas'), '.0f')} | "
                      f"{_fmt(r.get('gpus'), '.0f')} | {_fmt(r.get('usd_per_gpu_hour'))} | {_fmt(r.get('usd_per_hour'))} | "
                      f"{_fmt(r.get('usd_per_million_output_tokens'))} | {pct(r.get('headroom'))} | {ms(r.get('ttft_p99_s'))} | "
-                     f"{ms(r.get('tpot_p99_s'))} | {r.get('cost_model') if isinstance(r.get('cost_model'), str) else '-'} | "
+                     f"{ms(r.get('tpot_p99_s'))} | {r.get('verdict') if isinstance(r.get('verdict'), str) else '-'} | "
+                     f"{r.get('cost_model') if isinstance(r.get('cost_model'), str) else '-'} | "
                      f"{(r.get('note') or '').replace('|', '/')} |")
     lines += ["", f"{meta['candidates']} candidates, {meta['skipped']} skipped; runs: {meta['runs']['reused']} reused, "
               f"{meta['runs']['run']} run, {meta['runs']['failed']} failed; {meta['wall_s']:.1f} s.", ""]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from sim.metrics.error_band import band_lines
 from sim.metrics.verdict import verdict_line, worst_verdict
 from sim.sweep.store import RunStore
 
@@ -140,7 +141,8 @@ def headline(doc: Doc, s: dict) -> None:
     doc.bullets([f"requests: {r['arrived']} arrived, {r['completed']} completed, {r['rejected']} rejected, {r['preemptions']} preemptions",
                  f"throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.0f} output tokens/s",
                  f"goodput: {g['requests_per_s']:.2f} req/s, SLO attainment {100 * (g['slo_attainment'] or 0):.1f}%"]
-                + ([verdict_line(s["verdict"])] if s.get("verdict") else []))
+                + ([verdict_line(s["verdict"])] if s.get("verdict") else [])
+                + ([" ".join(x.strip() for x in band_lines(s["error_band"], s))] if s.get("error_band") else []))
     doc.h("Cost")
     doc.table(["GPUs", "GPU-hours", "$/GPU-hour", "$", "$ per million output tokens", "price source"],
               [[c["gpus"], c["gpu_hours"], c["usd_per_gpu_hour"], c["usd"], c["usd_per_million_output_tokens"], c["price_source"]]])
