@@ -86,3 +86,11 @@ def test_with_one_shape_of_the_grouping_only_the_part_above_the_floor_scales():
     assert grid((1.0, 32.0)) == pytest.approx(floor)
     t = 10e-6 + 0.1e-6 * 8 * 8 * 1024 / 32
     assert grid((8.0, 1024.0)) == pytest.approx(floor + (t - floor) * 2)
+
+
+def test_the_warning_names_the_axes_of_the_operator():
+    from sim.metrics.extrapolation import shape_text
+
+    e = {"operator": "lm_head GEMM, bfloat16 (m x n x k)", "query_range": [[1.0, 45.0], [128256.0, 128256.0], [4096.0, 4096.0]],
+         "grid_range": [[1.0, 32768.0], [32.0, 65536.0], [32.0, 65536.0]]}
+    assert shape_text(e) == "m x n x k = 1-45 x 128,256 x 4,096 (measured grid 1-32,768 x 32-65,536 x 32-65,536)"

@@ -82,7 +82,7 @@ def print_summary(s: dict, cfg) -> None:
         print(f"precision: weights {pr['weights']}, activations {pr['activations']}, KV cache {pr['kv_cache']}, "
               f"all-reduce {pr['communication']} | KV cache {kv.get('num_gpu_blocks', 0):,} blocks per GPU "
               f"from {kv.get('gpu_gib', 0):g} GiB")
-    for line in band_lines(s.get("error_band"), s):
+    for line in band_lines(s.get("error_band"), s, duration):
         print(line)
     line = verdict_line(s.get("verdict"))
     if line:

@@ -482,7 +482,7 @@ class KernelDbCostModel(RooflineCostModel):
             return 0.0
         n, k = self.shapes.gemms[op]
         dt = "bfloat16" if op == "lm_head" else self.gemm_dtype
-        t = self._gemm_mnk(m, n, k, dt, f"{op} GEMM ({dt}, m x n x k)", self._gemm_weight(op))
+        t = self._gemm_mnk(m, n, k, dt, f"{op} GEMM, {dt} (m x n x k)", self._gemm_weight(op))
         if dt == "fp8" and self.engine["static_fp8"]:
             t = self._static_fp8(t, m, k, op in self.engine["fp8_input"])
         return t
@@ -536,14 +536,14 @@ class KernelDbCostModel(RooflineCostModel):
         roof = lambda x: RooflineCostModel.attn_prefill(  # noqa: E731
             self, [(max(1, round(x[1])), 0)] * max(1, round(x[0])))
         share = work / full
-        return self._lookup(grid, roof, (float(b), math.sqrt(sq / b)), "prefill attention (batch, RMS length)",
+        return self._lookup(grid, roof, (float(b), math.sqrt(sq / b)), "prefill attention (batch x RMS length)",
                             self.layers_full * share) * share, keys
 
     def _decode_lookup(self, grid, num_seqs: int, kv_tokens: int) -> float:
         """The table at (batch, mean KV length)."""
         roof = lambda x: RooflineCostModel.attn_decode(  # noqa: E731
             self, max(1, round(x[0])), max(1, round(x[0])) * x[1])
-        return self._lookup(grid, roof, (float(num_seqs), kv_tokens / num_seqs), "decode attention (batch, mean KV length)",
+        return self._lookup(grid, roof, (float(num_seqs), kv_tokens / num_seqs), "decode attention (batch x mean KV length)",
                             self.layers_full)
 
     def attn_prefill(self, chunks) -> float:

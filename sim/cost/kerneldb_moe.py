@@ -353,7 +353,7 @@ class KernelDbMoeCostModel(KernelDbCostModel):
             self, [(max(1, round(x[1])), 0)] * max(1, round(x[0])), W)
         share = work / full
         return self._lookup(self._ctx_win, roof, (float(b), math.sqrt(sq / b)),
-                            "sliding-window prefill attention (batch, RMS length)", self.layers_window * share) * share
+                            "sliding-window prefill attention (batch x RMS length)", self.layers_window * share) * share
 
     def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
         if not self.shapes.mla:

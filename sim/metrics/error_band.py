@@ -93,8 +93,10 @@ def error_band(cost_info: dict | None, cost_source: str, hardware: str, dtype: s
             "tpot_s": {p: widen(tpot.get(p), g["tpot_error"]) for p in ("p50", "p90", "p99")}}
 
 
-def band_lines(b: dict | None, s: dict) -> list[str]:
-    """Lines for the run table: each percentile with the group's measured error."""
+def band_lines(b: dict | None, s: dict, fmt=None) -> list[str]:
+    """Lines for the run table: each percentile with the group's measured error (durations
+    written by ``fmt``, seconds -> text)."""
+    fmt = fmt or _ms
     if not b:
         return []
     if "group" not in b:
@@ -105,7 +107,7 @@ def band_lines(b: dict | None, s: dict) -> list[str]:
     out = [head]
     for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
         lo, hi = b[key.replace("_s", "_error")]
-        vals = ", ".join(f"{p} {_ms(s[key][p])} [{_ms(b[key][p][0])}-{_ms(b[key][p][1])}]"
+        vals = ", ".join(f"{p} {fmt(s[key][p])} [{fmt(b[key][p][0])} - {fmt(b[key][p][1])}]"
                          for p in ("p50", "p90", "p99") if b[key].get(p))
         out.append(f"  {name}: error {100 * lo:+.0f}% to {100 * hi:+.0f}%: {vals}")
     return out

@@ -18,8 +18,10 @@ def _fmt(v: float) -> str:
 
 
 def shape_text(e: dict) -> str:
-    """``m x n x k = 1-45 x 128,256 x 4,096 (grid 1-32,768 x 32-65,536 x 32-65,536)``."""
-    axes = e["operator"].rsplit("(", 1)[-1].rstrip(")").split(", ")[-1] if "(" in e["operator"] else ""
+    """``m x n x k = 1-45 x 128,256 x 4,096 (measured grid 1-32,768 x 32-65,536 x 32-65,536)``: the
+    axes named in the operator's last parentheses."""
+    op = e["operator"]
+    axes = op[op.rindex("(") + 1:].rstrip(")") if op.endswith(")") else ""
     q = " x ".join(_fmt(a) if a == b else f"{_fmt(a)}-{_fmt(b)}" for a, b in e["query_range"])
     g = " x ".join(f"{_fmt(a)}-{_fmt(b)}" for a, b in e["grid_range"])
     return f"{axes + ' = ' if axes else ''}{q} (measured grid {g})"
