@@ -83,3 +83,19 @@ def test_seeds_that_change_nothing_are_caught_after_the_runs(tmp_path):
     other = {"ttft_s": {"p50": 2.0}, "sim": {"wall_s": 2.0}}
     assert cannot_test(None, [same, other, same, other], 2).startswith("cannot test: the 2 seeds gave identical runs")
     assert cannot_test(None, [same, other, other, other], 2) is None
+
+
+def test_the_ab_command_takes_a_trace(tmp_path, capsys):
+    from sim.cli import main
+
+    trace = _trace(tmp_path, 40)
+    rc = main(["ab", "--trace", trace, "--b", "scheduler.max_num_seqs=4", "--seeds", "3", "--workers", "1", "--quiet",
+               "--out", str(tmp_path / "ab")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "**Cannot test: the azure trace trace.csv replays" in out
+    rc = main(["ab", "--trace", trace, "--resample", "arrivals", "--b", "scheduler.max_num_seqs=4", "--seeds", "2",
+               "--workers", "1", "--quiet", "--out", str(tmp_path / "ab2")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "2 independent runs" in out and "re-draws the trace's arrival times" in out
+    assert main(["ab", "--resample", "arrivals", "--b", "seed=1", "--out", str(tmp_path / "ab3")]) == 2
+    assert "--resample: re-draws a trace's arrivals; give --trace" in capsys.readouterr().err
