@@ -135,3 +135,12 @@ def test_worst_verdict():
 
     assert worst_verdict(["stable", "overloaded", "backlogged"]) == "overloaded"
     assert worst_verdict(["stable", None]) == "stable" and worst_verdict([None]) is None
+
+
+def test_a_queue_is_material_by_the_seconds_of_arrivals_it_holds():
+    a = np.arange(0.0, 100.0, 0.01)  # 100 req/s for 100 s
+    half = verdict(rows(a, a + 0.5, 0.1))  # every request waits 0.5 s: ~50 waiting, half a second of arrivals
+    assert half["state"] == "stable" and half["evidence"]["material_queue"] == pytest.approx(100, rel=1e-3)
+    assert 45 <= half["evidence"]["peak_queue"] <= 51
+    two = verdict(rows(a, a + 2.0, 0.1))  # 2 s of arrivals waiting, steadily: backlogged, not overloaded
+    assert two["state"] == "backlogged"

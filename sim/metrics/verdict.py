@@ -22,7 +22,7 @@ Evidence (``summary.json`` ``verdict.evidence``):
   the longest service does not explain.
 
 Verdict (thresholds are named constants below; a queue is *material* when it holds at least
-``MIN_QUEUE`` requests and ``MIN_QUEUE_SHARE`` of the arrivals):
+``MIN_QUEUE`` requests and ``MATERIAL_WAIT_S`` seconds of the offered arrivals):
 
 - **overloaded**: arrivals outpaced service. The queue at the last arrival is material and
   either still growing (``queue_growth_share`` > ``GROWTH_SHARE``) or its drain takes a long
@@ -42,8 +42,12 @@ BINS = 1024
 """Instants at which the waiting queue is read, equally spaced from 0 to the end of the run."""
 MIN_QUEUE = 10
 """A queue shorter than this many requests is noise, whatever the run's size."""
+MATERIAL_WAIT_S = 1.0
+"""... and so is one holding less than this many seconds of the offered arrivals: a queue of a
+second's arrivals adds about a second of waiting, half the default 2 s TTFT limit."""
 MIN_QUEUE_SHARE = 0.02
-"""... and shorter than this share of the arrivals too (100 waiting of a million is not a backlog)."""
+"""Without an offered rate (every request arrived at once), a queue below this share of the
+arrivals is not material."""
 GROWTH_SHARE = 0.05
 """A queue growing by more than this share of the offered rate at the end of the arrivals is
 called growing (the issue's 'material': below 5% the slope is within the noise of Poisson arrivals
@@ -132,7 +136,7 @@ def judge_load(f: LoadFold, replicas: int = 1) -> dict:
     share = growth / offered if offered else None
     drain = max(f.end_s - f.t_last, 0.0)
     excess = max(drain - f.longest_service, 0.0)
-    material = max(MIN_QUEUE, MIN_QUEUE_SHARE * f.arrived)
+    material = max(MIN_QUEUE, MATERIAL_WAIT_S * offered if offered else MIN_QUEUE_SHARE * f.arrived)
     ev = {"offered_rps": offered, "served_rps": served, "arrived": f.arrived, "completed": f.completed,
           "arrival_span_s": span, "queue_at_last_arrival": q_last, "peak_queue": peak,
           "peak_queue_at_s": float(t[peak_i]), "queue_growth_rps": growth, "queue_growth_share": share,
@@ -144,7 +148,7 @@ def judge_load(f: LoadFold, replicas: int = 1) -> dict:
         why = []
         if growing:
             why.append(f"the waiting queue was still growing at the last arrival ({q_last:,} waiting, "
-                       f"+{growth:.3g} req/s = {100 * share:.0f}% of the offered {offered:.3g} req/s)")
+                       f"+{growth:.3g} req/s = {100 * share:.1f}% of the offered {offered:.3g} req/s)")
         if long_drain:
             why.append(f"the run ended {drain:,.0f} s after the last arrival ({excess:,.0f} s more than the "
                        f"longest service), over an arrival span of {span:,.0f} s")
