@@ -157,6 +157,7 @@ def write_results(res: Results, out: Path, *, plots: bool = True) -> None:
         from sim.metrics.plots import plot_run
 
         title = f"{res.config.model} on {res.config.cluster.replicas}x{res.config.parallelism.tp} {res.config.hardware}, {res.config.scheduler.name}"
-        plot_run(res.requests, res.steps, out / "plots", title=title, slo=res.config.slo)
+        plot_run(res.requests, res.steps, out / "plots", title=title, slo=res.config.slo,
+                 band=res.summary.get("error_band"))
     (out / "summary.json").write_text(json.dumps(res.summary, indent=2, sort_keys=False) + "\n")
     res.out_dir = out

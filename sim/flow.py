@@ -262,7 +262,7 @@ class Flow:
         rep.step_s = times[-1] - times[-2]
         gaps = list(map(sub, times[k0 + 1:k + 1], times[k0:k]))  # each step's
         self.seg_max.append(max(gaps))
-        run = DecodeRun(None, None, None, start_used, grown, bs, cost.source, k - k0, freed, total)
+        run = DecodeRun(None, times[k0:k + 1], None, start_used, grown, bs, cost.source, k - k0, freed, total)
         return k, (_LEG, k0, k, n0, gone, run, gaps, len(self.seg_max) - 1), due
 
     def undo(self, popped: list) -> None:

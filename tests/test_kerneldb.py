@@ -238,6 +238,10 @@ def test_validate_silicon_end_to_end_on_three_rows(tmp_path, capsys):
     assert s["rows_scored"] == 3 and (tmp_path / "predicted_vs_measured.png").is_file()
     out = capsys.readouterr().out
     assert "h100_sxm  trtllm      1-8     3" in out
+    # rows at concurrency 1-8 fitted the engine overhead: none is held out, and the headline says so
+    assert (pred["fitted_by"] != "").all() and out.startswith("headline: the 0 rows no fit touched (held out)")
+    assert s["fits"]["rows_held_out"] == 0 and s["fits"]["rows_used_by_a_fit"] == 3
+    assert s["headline"]["scores"]["kerneldb"]["overall"] == {"rows": 0}
 
 
 @pytest.mark.parametrize("args, words", [

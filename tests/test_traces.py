@@ -326,3 +326,27 @@ def test_unknown_trace_format_is_one_clear_error(tmp_path):
     cfg = WorkloadConfig(trace=TraceConfig(path=str(write(tmp_path, "a.csv", AZURE)), format="nope"))
     with pytest.raises(TraceError, match="unknown trace format 'nope' .known: auto, azure, burstgpt"):
         list(build_workload(cfg, max_context=10_000, rng=np.random.default_rng(0)))
+
+
+def test_poisson_arrivals_keep_the_requests_and_the_rate(tmp_path):
+    from sim.workload import TraceConfig, WorkloadConfig
+    from sim.workload.traces import read_trace_requests
+
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"2023-11-16 18:{i // 60:02d}:{i % 60:02d}.0000000,{10 + i},{1 + i % 7}\n" for i in range(400)))
+
+    def reqs(arrivals, seed, **kw):
+        cfg = WorkloadConfig(trace=TraceConfig(path=str(path), arrivals=arrivals, **kw))
+        return list(read_trace_requests(cfg, {}, np.random.default_rng(seed)))
+
+    recorded, a, b = reqs("recorded", 0), reqs("poisson", 0), reqs("poisson", 1)
+    assert [(r.prompt_tokens, r.output_tokens) for r in a] == [(r.prompt_tokens, r.output_tokens) for r in recorded]
+    assert [r.arrival_s for r in a] == [r.arrival_s for r in reqs("poisson", 0)]  # the seed decides
+    assert [r.arrival_s for r in a] != [r.arrival_s for r in b]
+    assert a[0].arrival_s == 0.0 and all(x.arrival_s <= y.arrival_s for x, y in zip(a, a[1:]))
+    gaps = np.diff([r.arrival_s for r in a])
+    assert gaps.mean() == pytest.approx(399 / 400, rel=0.15)  # the recorded mean gap: 1 s (count / span)
+    assert np.std(gaps) / gaps.mean() == pytest.approx(1.0, abs=0.2)  # exponential gaps
+    fast = reqs("poisson", 0, rate=4.0)
+    assert np.diff([r.arrival_s for r in fast]).mean() == pytest.approx(0.25 * 399 / 400, rel=0.15)

@@ -55,6 +55,8 @@ def _base(args) -> dict:
     from sim.config import apply_overrides, read_yaml
 
     data = read_yaml(args.config) if getattr(args, "config", None) else {}
+    if getattr(args, "trace", None):  # (before the request count, which goes to the trace then)
+        data = apply_overrides(data, [f"workload.trace.path={args.trace}"])
     sets = []
     if getattr(args, "num_requests", None):  # first, so that an explicit --set wins (as in plan)
         key = "workload.trace.num_requests" if (data.get("workload") or {}).get("trace") else "workload.num_requests"
@@ -101,8 +103,14 @@ def register(sub) -> None:
 
     p = sub.add_parser("ab", help="paired A/B comparison with confidence intervals", formatter_class=F,
                        description="Run variants A and B on the same workloads (same seed per pair) and report the mean "
-                                   "difference per metric with a 95%% paired-t confidence interval.")
+                                   "difference per metric with a 95%% paired-t confidence interval. A trace replays the "
+                                   "same requests whatever the seed: without --resample, A/B runs it once and says it "
+                                   "cannot test.")
     p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")
+    p.add_argument("--trace", default=None, help="trace file replayed by both variants")
+    p.add_argument("--resample", choices=["none", "arrivals"], default="none",
+                   help="with a trace: 'arrivals' re-draws its arrival times per seed (Poisson at its mean rate; "
+                        "each request keeps its lengths and prefix), so that the seeds are independent runs")
     p.add_argument("--a", action="append", default=[], metavar="KEY=VALUE", help="override for A (repeatable)")
     p.add_argument("--b", action="append", default=[], metavar="KEY=VALUE", help="override for B (repeatable)")
     p.add_argument("--seeds", type=positive_int, default=5, help="seeds 0..N-1")
@@ -120,7 +128,7 @@ def register(sub) -> None:
 
 
 SWEEP_COLUMNS = ("ttft_s.p50", "ttft_s.p99", "tpot_s.p99", "throughput.output_tokens_per_s", "goodput.slo_attainment",
-                 "cost.usd_per_million_output_tokens")
+                 "cost.usd_per_million_output_tokens", "verdict.state")
 """The metrics of the table ``sweep`` prints at the end (results.parquet holds them all)."""
 
 
@@ -202,13 +210,21 @@ def cmd_plan(args) -> int:
 
 
 def cmd_ab(args) -> int:
+    from sim.config import apply_overrides
     from sim.sweep.ab import ab_test
 
     if not args.a and not args.b:
         from sim.errors import ServesimError
 
         raise ServesimError("ab needs --a and/or --b overrides, e.g. --a scheduler.name=vllm --b scheduler.name=sarathi")
-    r = ab_test(_base(args), args.a, args.b, list(range(args.seeds)), args.out, workers=args.workers,
+    base = _base(args)
+    if args.resample != "none":
+        if not (base.get("workload") or {}).get("trace"):
+            from sim.errors import ConfigError
+
+            raise ConfigError("--resample: re-draws a trace's arrivals; give --trace (or a config with workload.trace)")
+        base = apply_overrides(base, ["workload.trace.arrivals=poisson"])
+    r = ab_test(base, args.a, args.b, list(range(args.seeds)), args.out, workers=args.workers,
                 backend=args.backend, address=args.address, progress=False if args.quiet else None)
     print((Path(args.out) / "ab.md").read_text())
     print(f"runs: {r['runs']['reused']} reused, {r['runs']['run']} run, {r['runs']['failed']} failed; {args.out}/ab.json")

@@ -1,6 +1,9 @@
 """The short summary table printed after a run."""
 from __future__ import annotations
 
+from sim.metrics.error_band import band_lines
+from sim.metrics.verdict import verdict_line
+
 
 UNITS = (("ms", 1e-3, 1.0), ("s", 1.0, 60.0), ("min", 60.0, 3600.0), ("h", 3600.0, float("inf")))
 """(unit, seconds per unit, below this many seconds): a duration takes the first unit it fits."""
@@ -81,9 +84,19 @@ def print_summary(s: dict, cfg) -> None:
         print(f"precision: weights {pr['weights']}, activations {pr['activations']}, KV cache {pr['kv_cache']}, "
               f"all-reduce {pr['communication']} | KV cache {kv.get('num_gpu_blocks', 0):,} blocks per GPU "
               f"from {kv.get('gpu_gib', 0):g} GiB")
+    for line in band_lines(s.get("error_band"), s, duration):
+        print(line)
+    line = verdict_line(s.get("verdict"))
+    if line:
+        print(line)
     sim = s["sim"]
     print(f"simulated {sim['simulated_s']:,.1f} s in {sim['steps']:,} steps, wall {sim['wall_s']:.2f} s")
     if sim.get("out_of_range_queries"):
+        ext = (s.get("cost_model") or {}).get("extrapolated")
+        where = ""
+        if ext:
+            where = ": " + "; ".join(f"{e['operator']} {e['queries']:,} ({100 * (e['gpu_share'] or 0):.1f}% of GPU time"
+                                     f"{', material' if e['material'] else ''})" for e in ext)
         print(f"note: {sim['out_of_range_queries']:,} operator queries fell outside the profiled grid "
-              f"(priced at the grid edge, scaled by the roofline)")
+              f"(priced at the grid edge, scaled by the roofline){where}")
     print()

@@ -98,17 +98,27 @@ def run(args) -> int:
         if "error" in res:
             errors[f"{task[1]}: {res['error']}"] += 1
     out = rows.assign(bucket=rows["concurrency"].map(silicon.bucket),
-                      client=[silicon.client_for(r, args.client).name for _, r in rows.iterrows()])
+                      client=[silicon.client_for(r, args.client).name for _, r in rows.iterrows()],
+                      fitted_by=silicon.fitted_by(rows["id"]))
     for cm in models:
         res = [r for task, r in zip(tasks, results) if task[1] == cm]
         out[f"{cm}_ttft_ms"] = [r.get("ttft_ms") for r in res]
         out[f"{cm}_tpot_ms"] = [r.get("tpot_ms") for r in res]
     keep = ["id", "model_path", "model", "system", "hardware", "backend", "backend_version", "precision", "dtype",
-            "mode", "isl", "osl", "concurrency", "bucket", "tp", "client", "silicon_ttft_ms", "silicon_tpot_ms"]
+            "mode", "isl", "osl", "concurrency", "bucket", "tp", "client", "fitted_by", "silicon_ttft_ms",
+            "silicon_tpot_ms"]
     out = out[keep + [c for c in out.columns if c.startswith(tuple(models))]]
     scored = out.dropna(subset=[f"{cm}_tpot_ms" for cm in models])
+    held = scored["fitted_by"] == ""
     scores = silicon.score(scored, models)
-    silicon.print_table(scores)
+    held_scores, fitted_scores = silicon.score(scored[held], models), silicon.score(scored[~held], models)
+    fit_info = silicon.fits()
+    print(f"headline: the {int(held.sum())} rows no fit touched (held out); {int((~held).sum())} rows used by a fit "
+          f"follow ({'; '.join(f'{k}: {v}' for k, v in scored.loc[~held, 'fitted_by'].value_counts().items()) or 'none'})."
+          f"\nEvery row: {fit_info['replay_settings']}.")
+    silicon.print_table(held_scores, "held out")
+    silicon.print_table(fitted_scores, "used by a fit")
+    silicon.print_table(scores, "all rows", overall_only=True)
     skipped_all = dict(skipped) | {f"not simulated ({k})": v for k, v in errors.items()}
     if skipped_all:
         print("\nskipped rows by reason:")
@@ -122,7 +132,13 @@ def run(args) -> int:
                            "mode": args.mode, "limit": args.limit},
                "rounds": args.rounds, "ramp": args.ramp, "client": args.client, "frontend_ms": args.frontend_ms,
                "sample": args.sample, "rows_selected": int(len(rows)), "rows_scored": int(len(scored)),
-               "skipped": skipped_all, "scores": scores}
+               "skipped": skipped_all,
+               "headline": {"rows": "held out: no fit used them", "scores": held_scores},
+               "fits": {"replay_settings": fit_info["replay_settings"],
+                        "rows_held_out": int(held.sum()), "rows_used_by_a_fit": int((~held).sum()),
+                        **{k: {"what": f["what"], "rows_scored": int(scored["fitted_by"].str.contains(k).sum())}
+                           for k, f in fit_info["fits"].items()}},
+               "scores_held_out": held_scores, "scores_fitted": fitted_scores, "scores": scores}
     (dest / "summary.json").write_text(json.dumps(summary, indent=2))
     if not args.no_plots and len(scored):
         silicon.plot(scored, models, dest)

@@ -397,6 +397,23 @@ def implied_waiting(ttft_ms, e2e_ms, clients: int) -> tuple[float, float]:
     return float(intercept), float(slope * clients)
 
 
+FITS_FILE = Path(__file__).with_name("silicon_fits.json")
+"""The csv rows each fit used (written by ``experiments/silicon_fit_rows.py``)."""
+
+
+def fits() -> dict:
+    import json
+
+    return json.loads(FITS_FILE.read_text())
+
+
+def fitted_by(ids: pd.Series) -> pd.Series:
+    """Per row (by the csv's ``id``): the fits that used it, comma-separated; "" for a row no
+    fit touched (held out)."""
+    used = {name: set(f["ids"]) for name, f in fits()["fits"].items()}
+    return ids.map(lambda i: ", ".join(name for name, s in used.items() if str(i) in s))
+
+
 def ape(pred: pd.Series, meas: pd.Series) -> pd.Series:
     return (pred - meas).abs() / meas
 
@@ -423,11 +440,11 @@ def score(pred: pd.DataFrame, models: list[str]) -> dict:
     return out
 
 
-def print_table(scores: dict) -> None:
+def print_table(scores: dict, rows: str = "", overall_only: bool = False) -> None:
     for cm, sc in scores.items():
-        print(f"\n{cm}: APE of the mean TTFT and TPOT per row (median / p90)")
+        print(f"\n{cm}{f', {rows}' if rows else ''}: APE of the mean TTFT and TPOT per row (median / p90)")
         print(f"{'system':<10}{'backend':<8}{'conc':>7}{'rows':>6}{'TTFT med':>10}{'p90':>8}{'TPOT med':>10}{'p90':>8}")
-        for g in sc["groups"]:
+        for g in [] if overall_only else sc["groups"]:
             print(f"{g['system']:<10}{g['backend']:<8}{g['concurrency']:>7}{g['rows']:>6}"
                   f"{100 * g['ttft_ape_median']:>9.1f}%{100 * g['ttft_ape_p90']:>7.1f}%"
                   f"{100 * g['tpot_ape_median']:>9.1f}%{100 * g['tpot_ape_p90']:>7.1f}%")

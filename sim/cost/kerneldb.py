@@ -32,10 +32,12 @@ Per decoder layer on one GPU (shapes from ``sim.cost.ops``; tensor parallelism s
   fit) fitted per framework from measured serving runs (``engine_overhead.json``, written by
   ``experiments/fit_engine_overhead.py``; docs/kernel_database.md).
 
-A head shape the attention tables lack is taken from the nearest measured shape (same head dim
-and kv dtype), scaled by the ratio of q heads (prefill, compute-bound) or kv heads (decode,
-memory-bound). Outside the measured grid a query is priced at the nearest grid point, scaled by
-the roofline's ratio between the query and that point, and counted (``out_of_range_total``).
+A head shape the attention tables lack is derived from measured shapes of the same head dim,
+kv dtype and grouping as a fixed part (the launch floor) plus a part per head: q heads for
+prefill (compute-bound), kv heads for decode (memory-bound); see ``_attn_grid``. Outside the
+measured grid a query is priced at the nearest grid point, scaled by the roofline's ratio between
+the query and that point, and counted, per operator with the GPU time it carries
+(``out_of_range_total``, ``extrapolated``; ``Extrapolation``).
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ import numpy as np
 
 from sim.cost import kerneldb_data as kd
 from sim.cost.ops import expert_tokens
-from sim.cost.roofline import RooflineCostModel
+from sim.cost.roofline import COUNT_MASK, FIELD, RooflineCostModel
 
 SOURCE = "aiconfigurator-core kernel database"
 OVERHEAD_FILE = Path(__file__).with_name("engine_overhead.json")
@@ -212,8 +214,17 @@ def _cell(axis: list[float], x: float) -> tuple[int, float]:
 
 def _attn_grid(rows: np.ndarray, heads: int, kv_heads: int, head_dim: int, kv_fp8: bool,
                scale_by: str) -> tuple[Grid, str] | None:
-    """The (batch, length) table of one attention shape, or of the nearest measured shape scaled
-    by the heads ratio. Returns (grid, note) or None without any row of this head dim."""
+    """The (batch, length) table of one attention shape, or one derived from measured shapes.
+    Returns (grid, note) or None without any row of this head dim.
+
+    A shape the database lacks is priced from measured shapes of the same head dim and the
+    same grouping (query heads per KV head), as a fixed part plus a part per head
+    (``scale_by``: KV heads for decode, which reads the cache of every KV head; query heads for
+    prefill): each cell of the two measured head counts nearest the target gives the line
+    through them (``_heads_line``), so the launch floor the kernels share is counted once, not
+    multiplied by the head ratio. Without two such shapes, the nearest shape's time is split into
+    its smallest cell (the floor) and the rest, and only the rest is scaled by the head ratio
+    (of KV heads for decode where they differ, else of query heads)."""
     r = rows[(rows[:, 4] == head_dim) & (rows[:, 5] == float(kv_fp8))]
     if not len(r):
         r = rows[rows[:, 4] == head_dim]
@@ -222,14 +233,58 @@ def _attn_grid(rows: np.ndarray, heads: int, kv_heads: int, head_dim: int, kv_fp
     shapes = np.unique(r[:, 2:4], axis=0)
     dist = np.abs(np.log(shapes[:, 0] / heads)) + np.abs(np.log(shapes[:, 1] / kv_heads))
     h, kvh = shapes[int(np.argmin(dist))]
-    sel = r[(r[:, 2] == h) & (r[:, 3] == kvh)]
-    scale = 1.0
-    note = ""
-    if (h, kvh) != (heads, kv_heads):
-        scale = (kv_heads / kvh) if (scale_by == "kv" and kvh != kv_heads) else heads / h
-        note = f"shape ({heads} q, {kv_heads} kv heads) from measured ({int(h)}, {int(kvh)}) x {scale:.3g}"
-    b, s, t = kd.min_grid(sel[:, 0], sel[:, 1], sel[:, 6])
-    return Grid([b, s], t * scale), note
+
+    def table(hq, hk):
+        sel = r[(r[:, 2] == hq) & (r[:, 3] == hk)]
+        return kd.min_grid(sel[:, 0], sel[:, 1], sel[:, 6])
+
+    b, s, t = table(h, kvh)
+    if (h, kvh) == (heads, kv_heads):
+        return Grid([b, s], t), ""
+    col = 1 if scale_by == "kv" else 0
+    target = kv_heads if scale_by == "kv" else heads
+    group = shapes[shapes[:, 0] * kv_heads == shapes[:, 1] * heads]  # same query heads per KV head
+    counts = sorted(group[:, col], key=lambda n: (abs(np.log(n / target)), -n))[:2]
+    if len(counts) == 2:
+        tables = [table(*group[group[:, col] == n][0]) for n in counts]
+        b, s = tables[0][0], tables[0][1]
+        at = [_on_axes(tb, b, s) for tb in tables]
+        t = _heads_line(counts[0], at[0], counts[1], at[1], target)
+        note = (f"shape ({heads} q, {kv_heads} kv heads) from measured {_shape(group, col, counts[0])} and "
+                f"{_shape(group, col, counts[1])}: fixed part + part per {'KV' if col else 'query'} head")
+        return Grid([b, s], t), note
+    n = float(kv_heads / kvh) if (scale_by == "kv" and kvh != kv_heads) else float(heads / h)
+    floor = float(t.min())
+    t = floor + (t - floor) * n
+    note = (f"shape ({heads} q, {kv_heads} kv heads) from measured ({int(h)}, {int(kvh)}): its smallest time "
+            f"{floor * 1e3:.4g} ms kept, the rest x {n:.3g}")
+    return Grid([b, s], t), note
+
+
+def _shape(group: np.ndarray, col: int, n: float) -> str:
+    hq, hk = group[group[:, col] == n][0]
+    return f"({int(hq)}, {int(hk)})"
+
+
+def _on_axes(tb: tuple[np.ndarray, np.ndarray, np.ndarray], b: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """A measured (batch, length) table read at the cells of axes ``b`` x ``s`` (clamped to its
+    own range: the shapes of one database share their grid)."""
+    g = Grid([tb[0], tb[1]], tb[2])
+    return np.array([[g(g.clamp((float(x), float(y)))[0]) for y in s] for x in b])
+
+
+def _heads_line(n1: float, t1: np.ndarray, n2: float, t2: np.ndarray, n: float) -> np.ndarray:
+    """Per cell, the time at ``n`` heads on the line through (n1, t1) and (n2, t2): a fixed part
+    plus a part per head. The part per head is never negative (a measured time that falls with
+    more heads is noise: the larger count's time is kept); above the larger count the result is
+    never below its time, below the smaller count never below its time scaled in proportion."""
+    (n1, t1), (n2, t2) = sorted(((float(n1), t1), (float(n2), t2)), key=lambda p: p[0])
+    per_head = np.maximum((t2 - t1) / (n2 - n1), 0.0)
+    if n >= n2:
+        return np.maximum(t2 + per_head * (n - n2), t2)
+    if n <= n1:
+        return np.maximum(t1 - per_head * (n1 - n), t1 * (n / n1))  # at least the time scaled in proportion
+    return t1 + per_head * (n - n1)
 
 
 def load_overhead(framework: str, tp: int) -> tuple[float, float, str] | None:
@@ -252,6 +307,48 @@ def load_overhead(framework: str, tp: int) -> tuple[float, float, str] | None:
         lo = max(t for t in tps if t < tp)
         step = steps[lo] + (steps[hi] - steps[lo]) * (tp - lo) / (hi - lo)
     return step, float(fw["per_seq_s"]), str(data.get("provenance", OVERHEAD_FILE.name))
+
+
+class Extrapolation:
+    """Which operators were priced outside their measured grid, how often, and how much simulated
+    GPU time they carry, kept in the cost model's out-of-range count itself.
+
+    The count (``_oor``) is an int that every fast path adds, subtracts and multiplies as a count
+    of queries: memoised prices replay the difference it made, decode runs multiply it by their
+    steps. A query outside a grid adds one to the low ``FIELD`` bits (the total count, what
+    ``out_of_range_total`` reports) and, in two fields of its own operator, one query and its
+    nanoseconds of GPU time per step (the operator's time times the layers it runs in). Being
+    linear, the packed value is carried by every path exactly as the count is, in native ints
+    (an in-range step adds 0), and ``unpack`` splits it at the end. ``ranges`` keeps the shape
+    range of the distinct queries per operator (first pricings only: a memo hit adds no shape)."""
+
+    def __init__(self):
+        self.slots: dict[str, int] = {}
+        self.ranges: dict[str, list] = {}  # operator -> [query lows, query highs, grid lows, grid highs]
+
+    def record(self, op: str, x: tuple, grid, seconds: float) -> int:
+        i = self.slots.setdefault(op, len(self.slots))
+        r = self.ranges.get(op)
+        if r is None:
+            self.ranges[op] = [list(x), list(x), list(grid.lo), list(grid.hi)]
+        else:
+            r[0] = [min(a, b) for a, b in zip(r[0], x)]
+            r[1] = [max(a, b) for a, b in zip(r[1], x)]
+        return 1 + (1 << (FIELD * (2 * i + 1))) + (int(seconds * 1e9 + 0.5) << (FIELD * (2 * i + 2)))
+
+    def unpack(self, packed: int) -> list[dict]:
+        """Per operator: queries outside the grid, the GPU seconds they carried, the queries'
+        shape range and the grid's."""
+        out = []
+        for op, i in self.slots.items():
+            n = (packed >> (FIELD * (2 * i + 1))) & COUNT_MASK
+            if not n:
+                continue
+            ns = (packed >> (FIELD * (2 * i + 2))) & COUNT_MASK
+            qlo, qhi, glo, ghi = self.ranges[op]
+            out.append({"operator": op, "queries": int(n), "gpu_s": ns / 1e9,
+                        "query_range": [[a, b] for a, b in zip(qlo, qhi)], "grid_range": [[a, b] for a, b in zip(glo, ghi)]})
+        return out
 
 
 MEMO_ENTRIES = 1 << 20
@@ -294,6 +391,7 @@ class KernelDbCostModel(RooflineCostModel):
         self._attn_d: dict = {}
         self._decode_dense: dict = {}  # batch size -> (gemm, other_gpu, comm, out-of-range queries) of a decode step
         self._last_run = None  # (batch size, kv tokens, longest, attention per step, its queries out of range)
+        self._extrap = Extrapolation()
 
     def _load_gemms(self, arrays: dict, dtypes) -> None:
         """The GEMM tables of ``dtypes`` (by m, n, k); a missing one is a ``KernelDbUnavailable``."""
@@ -326,23 +424,43 @@ class KernelDbCostModel(RooflineCostModel):
             self.notes.append(f"all-reduce over {self.tp} GPUs: roofline (not in the database)")
 
     # ------------------------------------------------------------------ lookup core
-    def _lookup(self, grid: Grid, roof, x: tuple[float, ...]) -> float:
+    def _lookup(self, grid: Grid, roof, x: tuple[float, ...], op: str = "other", weight: float = 1.0) -> float:
+        """The grid's time at ``x``; outside the grid, at the nearest grid point scaled by the
+        roofline, and recorded for operator ``op`` (``weight``: the times it runs per step)."""
         c, out = grid.clamp(x)
         t = grid(c)
         if out:
-            self._oor += 1
             rb = roof(c)
             if rb > 0:
                 t *= roof(x) / rb
+            self._oor += self._extrap.record(op, x, grid, t * weight)
         return t
+
+    def _gemm_weight(self, op: str) -> int:
+        """Times a GEMM runs per step (as ``_layer_gemms`` composes them)."""
+        s = self.shapes
+        if op == "lm_head":
+            return 1
+        if op in s.attn_gemms:
+            return self.model.num_layers
+        if op in ("gate_up", "down"):
+            return s.dense_layers or (0 if s.moe_layers else self.model.num_layers)
+        return s.moe_layers or self.model.num_layers
+
+    def out_of_range_total(self) -> int:
+        return self._oor & COUNT_MASK
+
+    def extrapolated(self) -> list[dict]:
+        """Per operator, the queries priced outside the measured grid so far (``Extrapolation``)."""
+        return self._extrap.unpack(self._oor)
 
     def _gemm_roof(self, b: float):
         return lambda x: self._roof(2.0 * x[0] * x[1] * x[2], b * (x[0] * x[2] + x[1] * x[2]) + 2 * x[0] * x[1],
                                     self.p.gemm_eff)
 
-    def _gemm_mnk(self, m: int, n: int, k: int, dt: str) -> float:
+    def _gemm_mnk(self, m: int, n: int, k: int, dt: str, op: str = "GEMM", weight: float = 1.0) -> float:
         b = 2.0 if dt == "bfloat16" else (0.5 if dt == "nvfp4" else 1.0)
-        return self._lookup(self._gemms[dt], self._gemm_roof(b), (float(m), float(n), float(k)))
+        return self._lookup(self._gemms[dt], self._gemm_roof(b), (float(m), float(n), float(k)), op, weight)
 
     def _moe_grid(self, rows) -> Grid | None:
         s, m = self.shapes, self.model
@@ -364,7 +482,7 @@ class KernelDbCostModel(RooflineCostModel):
             return 0.0
         n, k = self.shapes.gemms[op]
         dt = "bfloat16" if op == "lm_head" else self.gemm_dtype
-        t = self._gemm_mnk(m, n, k, dt)
+        t = self._gemm_mnk(m, n, k, dt, f"{op} GEMM, {dt} (m x n x k)", self._gemm_weight(op))
         if dt == "fp8" and self.engine["static_fp8"]:
             t = self._static_fp8(t, m, k, op in self.engine["fp8_input"])
         return t
@@ -387,7 +505,7 @@ class KernelDbCostModel(RooflineCostModel):
         if self._moe is None:
             return super().moe(tokens)
         roof = lambda x: RooflineCostModel.moe(self, max(1, round(x[0])))  # noqa: E731
-        return self._lookup(self._moe, roof, (float(tokens),))
+        return self._lookup(self._moe, roof, (float(tokens),), "MoE experts (tokens)", self.shapes.moe_layers)
 
     def _memo(self, cache: dict, key, price) -> float:
         """``price()`` once per ``key``; a hit counts the out-of-range queries the first pricing
@@ -417,13 +535,16 @@ class KernelDbCostModel(RooflineCostModel):
         b = len(chunks)
         roof = lambda x: RooflineCostModel.attn_prefill(  # noqa: E731
             self, [(max(1, round(x[1])), 0)] * max(1, round(x[0])))
-        return self._lookup(grid, roof, (float(b), math.sqrt(sq / b))) * (work / full), keys
+        share = work / full
+        return self._lookup(grid, roof, (float(b), math.sqrt(sq / b)), "prefill attention (batch x RMS length)",
+                            self.layers_full * share) * share, keys
 
     def _decode_lookup(self, grid, num_seqs: int, kv_tokens: int) -> float:
         """The table at (batch, mean KV length)."""
         roof = lambda x: RooflineCostModel.attn_decode(  # noqa: E731
             self, max(1, round(x[0])), max(1, round(x[0])) * x[1])
-        return self._lookup(grid, roof, (float(num_seqs), kv_tokens / num_seqs))
+        return self._lookup(grid, roof, (float(num_seqs), kv_tokens / num_seqs), "decode attention (batch x mean KV length)",
+                            self.layers_full)
 
     def attn_prefill(self, chunks) -> float:
         if not chunks:
@@ -442,7 +563,7 @@ class KernelDbCostModel(RooflineCostModel):
         if g is None:
             return RooflineCostModel.collective(self, "all_reduce", 2.0 * elements, self.tp)
         roof = lambda x: RooflineCostModel.collective(self, "all_reduce", 2.0 * x[0], self.tp)  # noqa: E731
-        return self._lookup(g, roof, (float(elements),))
+        return self._lookup(g, roof, (float(elements),), "all-reduce (elements)", 2 * self.model.num_layers)
 
     # ------------------------------------------------------------------ composition
     def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
@@ -601,7 +722,24 @@ class KernelDbCostModel(RooflineCostModel):
                 "engine_overhead": {"cpu_step_s": self.p.cpu_step_s,
                                                           "cpu_per_seq_s": self.p.cpu_per_seq_s,
                                                           "source": self.overhead_source},
-                "notes": list(self.notes)}
+                "notes": list(self.notes) + self.standing_notes(), "extrapolated": self.extrapolated()}
+
+    def standing_notes(self) -> list[str]:
+        """The operators every step prices by the roofline (no table), and the dtypes priced with
+        another dtype's tables."""
+        fused = self.engine["fused"]
+        names = {"rmsnorm": "RMSNorm", "silu_mul": "SiLU x mul", "rotary": "rotary", "kv_write": "KV write"}
+        ops = [names[op] for op in names if op not in fused] + ["embedding", "final norm", "sampling"]
+        if self.tp > 1:
+            ops.append("logits all-gather")
+        if self.pp > 1:
+            ops.append("pipeline send/recv")
+        notes = [f"roofline (no table): {', '.join(ops)}"]
+        for what, dt in (("weights", self.dtype), ("activations", self.act_dtype), ("KV cache", self.kv_dtype)):
+            if dt == "fp16":
+                notes.append(f"fp16 {what}: priced with the bf16 tables (the database measures bf16; same width "
+                             "and tensor-core rate)")
+        return notes
 
     overhead_source = "roofline defaults"
 

@@ -351,7 +351,9 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         b = len(chunks)
         roof = lambda x: RooflineCostModel.attn_prefill(  # noqa: E731
             self, [(max(1, round(x[1])), 0)] * max(1, round(x[0])), W)
-        return self._lookup(self._ctx_win, roof, (float(b), math.sqrt(sq / b))) * (work / full)
+        share = work / full
+        return self._lookup(self._ctx_win, roof, (float(b), math.sqrt(sq / b)),
+                            "sliding-window prefill attention (batch x RMS length)", self.layers_window * share) * share
 
     def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
         if not self.shapes.mla:
@@ -367,8 +369,11 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         for g in self._bmm.values():  # the absorption BMMs (SGLang's kernel tables)
             if g is not None:
                 c, out = g.clamp((float(num_seqs),))
-                t += g(c) * (num_seqs / c[0] if out else 1.0)
-                self._oor += out
+                b = g(c) * (num_seqs / c[0] if out else 1.0)
+                t += b
+                if out:
+                    self._oor += self._extrap.record("MLA absorption BMM (batch)", (float(num_seqs),), g,
+                                                     b * self.layers_full)
         return t
 
     def _attn_decode_run(self, n: int, kv_tokens: int, longest: int, steps: int) -> tuple[list[float], list[int]]:

@@ -122,7 +122,10 @@ SAMPLING = {"random": 3.0, "greedy": 1.0}
 """Sampling methods and how many times each reads the fp32 logits: random = softmax (read, write)
 and multinomial (read); greedy = one argmax."""
 
-
+FIELD = 64
+COUNT_MASK = (1 << FIELD) - 1
+"""The out-of-range count ``_oor`` holds the total number of queries in its low ``FIELD`` bits;
+a model that records more per query packs it above them (``sim.cost.kerneldb.Extrapolation``)."""
 VECTOR_STEPS = 48
 """``decode_totals`` of at least this many steps are computed with numpy arrays (but see ``LOOP_STEPS``)."""
 
@@ -698,7 +701,7 @@ class RooflineCostModel:
             block_bytes = self.block_size * kv_bytes_per_token_per_gpu(self.model, self.tp, self.pp, self.kv_dtype)
             swap = swapped * block_bytes / self.hw.host_bw
         total = gemm + ap + ad + comm + other + cpu + swap
-        return StepTime(total, gemm, ap, ad, comm, other, cpu, swap, self.source, oor)
+        return StepTime(total, gemm, ap, ad, comm, other, cpu, swap, self.source, oor & COUNT_MASK)
 
     def _fixed_part(self, tokens: int, n: int, chunks) -> tuple[float, float, float, float, float, int]:
         """(gemm, attn_prefill, comm, other_gpu, cpu, out-of-range queries of the dense part) of a
@@ -713,4 +716,4 @@ class RooflineCostModel:
         return gemm, ap, comm, other, cpu, oor
 
     def out_of_range_total(self) -> int:
-        return self._oor
+        return self._oor & COUNT_MASK

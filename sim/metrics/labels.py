@@ -21,7 +21,7 @@ LABELS = {
     "requests.completed": "completed", "requests.rejected": "rejected", "requests.preemptions": "preemptions",
     "workload.rate": "arrival rate (req/s)", "workload.trace.rate": "arrival rate (req/s)",
     "scheduler.name": "scheduler", "parallelism.tp": "TP", "parallelism.pp": "PP", "cluster.replicas": "replicas",
-    "hardware": "hardware", "model": "model", "seed": "seed",
+    "hardware": "hardware", "model": "model", "seed": "seed", "verdict.state": "load", "verdict": "load (worst run)",
     # capacity probes
     "rate": "rate (req/s)", "stage": "stage", "passed": "passed", "reason": "reason",
     "fail_rps": "lowest failing rate (req/s)", "rps": "capacity (req/s)",

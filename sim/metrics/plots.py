@@ -62,9 +62,12 @@ def binned(steps: pd.DataFrame, cols, bins: int = 300):
     return centres, *[agg[c].to_numpy() for c in cols]
 
 
-def plot_run(req: pd.DataFrame, steps: pd.DataFrame, out_dir: str | Path, title: str = "", slo=None) -> list[str]:
-    """The standard figures of one run: TTFT and TPOT CDFs, E2E against arrival, batch size and
-    KV usage over time, step-time breakdown (the last two need per-step records)."""
+def plot_run(req: pd.DataFrame, steps: pd.DataFrame, out_dir: str | Path, title: str = "", slo=None,
+             band: dict | None = None) -> list[str]:
+    """The standard figures of one run: TTFT and TPOT CDFs (with the cost model's measured error
+    band at p50, p90 and p99 when ``band``, summary.json's ``error_band``, has one), E2E against
+    arrival, batch size and KV usage over time, step-time breakdown (the last two need per-step
+    records)."""
     plt = _plt()
     out = Path(out_dir)
     files: list[str] = []
@@ -74,9 +77,18 @@ def plot_run(req: pd.DataFrame, steps: pd.DataFrame, out_dir: str | Path, title:
     for ax, col, name, lim in ((axes[0], "ttft_s", "TTFT", slo.ttft_s if slo else None),
                                (axes[1], "tpot_s", "TPOT", slo.tpot_s if slo else None)):
         cdf(ax, done[col].to_numpy(), name, 1e3)
+        ranges = (band or {}).get(col) or {}
+        for i, (p, q) in enumerate((("p50", 0.5), ("p90", 0.9), ("p99", 0.99))):
+            if ranges.get(p):
+                lo, hi = ranges[p]
+                e = band[col.replace("_s", "_error")]
+                ax.plot([lo * 1e3, hi * 1e3], [q, q], color="tab:green", lw=4, alpha=0.5, solid_capstyle="butt",
+                        label=(f"measured error {100 * e[0]:+.0f}%..{100 * e[1]:+.0f}% ({band['rows']} runs)"
+                               if i == 0 else None))
         if lim:
             ax.axvline(lim * 1e3, color="crimson", ls="--", lw=1, label=f"SLO {lim * 1e3:g} ms")
-            ax.legend(loc="lower right")
+        if lim or ranges:
+            ax.legend(loc="lower right", fontsize=8)
         ax.set_xscale("log")
         ax.set_xlabel(f"{name} (ms, log scale)")
         ax.set_ylabel("fraction of requests")

@@ -158,6 +158,9 @@ class StepLog:
     keep_rows: bool = True
     count: int = 0  # running totals, kept with or without rows
     peak_kv_blocks: int = 0
+    busy_ns: int = 0
+    """Step time summed over every step of every replica, each step rounded to whole nanoseconds
+    (an integer: the same sum in any order, so with ``engine.workers`` too)."""
     _sources: Counter = field(default_factory=Counter, init=False, repr=False)
     # the steps counted since ``sources`` was last read: a Counter's item assignment dispatches
     # through Python (it defines __delitem__), about three times a plain dict's
@@ -174,6 +177,7 @@ class StepLog:
     def add(self, replica: int, start: float, st, batch: int, prefill: int, decode: int, preempted: int,
             kv_used: int, waiting: int) -> None:
         self.count += 1
+        self.busy_ns += int(st.total * 1e9 + 0.5)
         if kv_used > self.peak_kv_blocks:
             self.peak_kv_blocks = kv_used
         self._recent[st.source] += 1
@@ -203,6 +207,7 @@ class StepLog:
         """Add ``other``'s totals and rows (another process's log of other replicas: ``sim.shards``;
         rows are kept only if this log keeps them)."""
         self.count += other.count
+        self.busy_ns += other.busy_ns
         self.peak_kv_blocks = max(self.peak_kv_blocks, other.peak_kv_blocks)
         self.sources.update(other.sources)
         if self.keep_rows:
@@ -217,6 +222,7 @@ class StepLog:
         row sees the arrivals and finishes of the run's last step)."""
         k = run.steps
         self.count += k
+        self.busy_ns += run_busy_ns(run)
         if used_end > self.peak_kv_blocks or run.most_used() > self.peak_kv_blocks:  # (else no step can raise it)
             peak = run.peak_used(used_end)
             if peak > self.peak_kv_blocks:
@@ -241,3 +247,20 @@ class StepLog:
         self.source.extend([run.source] * k)
         for c in COMPONENTS:
             self.components[c].extend(run.columns[c])
+
+
+def run_busy_ns(run) -> int:
+    """The step times of a decode run's ``steps`` steps in whole nanoseconds, as ``StepLog.add``
+    rounds them one by one: from its columns when it has them, else from its step times (each
+    step ends where the next starts)."""
+    import numpy as np
+
+    k = run.steps
+    if k <= 0:
+        return 0
+    if run.columns is not None:
+        d = np.asarray(run.columns["total"][:k], float)
+    else:
+        d = np.diff(np.asarray(run.times[:k + 1], float))
+    return int(np.floor(d * 1e9 + 0.5).astype(np.int64).sum())
+

@@ -11,6 +11,10 @@
 - Cost = GPU-hours over the makespan x $/GPU-hour; $ per million output tokens. With
   autoscaling, GPU-hours count each replica only while provisioned (cold start included), from
   t = 0 to the end of the run, and the ``autoscale`` block gives them over time.
+- Error band: the kernel database's measured error on the nearest validated group of measured
+  runs, as a range around the TTFT and TPOT percentiles (``sim/metrics/error_band.py``).
+- Verdict: stable, backlogged or overloaded, with its evidence and the knob to turn, from the
+  request rows (``sim/metrics/verdict.py``); an overloaded run also gets a warning.
 - Requests: arrived = completed + rejected + lost + unfinished (lost: taken by a fault, with the
   reason; unfinished is 0 at the end of every run).
 """
@@ -25,6 +29,9 @@ import pandas as pd
 
 from sim.catalog import get_hardware
 from sim.metrics.columns import FrameColumns, RequestColumns
+from sim.metrics.error_band import error_band
+from sim.metrics.extrapolation import annotate
+from sim.metrics.verdict import LoadFold, verdict_line
 
 PCTS = (50, 90, 99)
 
@@ -182,7 +189,7 @@ def slo_met(req: pd.DataFrame, slo) -> np.ndarray:
 
 GROUPS = ("slo_class", "tenant")
 TALLY_COLUMNS = ["status", "arrival_s", "prompt_tokens", "generated_tokens", "ttft_s", "tpot_s", "preemptions",
-                 "cached_tokens", "slo_class", "tenant", "reject_reason"]
+                 "cached_tokens", "slo_class", "tenant", "reject_reason", "first_scheduled_s", "finish_s"]
 
 
 def _reasons(into: dict, reasons: pd.Series) -> None:
@@ -275,11 +282,22 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
     cfg = out.config
     src = req if isinstance(req, RequestColumns) else FrameColumns(req)
     tally = Tally(cfg.slo)
+    load = LoadFold(out.simulated_s)
     for batch in src.batches(TALLY_COLUMNS):
         tally.add(batch)
+        load.add(batch)
+    verdict = load.verdict(cfg.cluster.replicas)
+    cost_block = cost_model_block(out)
+    extrap_warnings = []
+    if "extrapolated" in cost_block:
+        cost_block["extrapolated"], extrap_warnings = annotate(cost_block["extrapolated"], out.steps.busy_ns / 1e9)
     arrived = tally.arrived
     t0 = tally.t0 if arrived else 0.0
     makespan = max(out.simulated_s - t0, 1e-12)
+    ttft, tpot = dist(src.finished("ttft_s")), dist(src.finished("tpot_s"))
+    e2e_v = src.finished("e2e_s")
+    e2e, in_flight = dist(e2e_v), float(np.nansum(e2e_v)) / makespan / max(1, cfg.cluster.replicas)
+    del e2e_v
     out_tok, in_tok, met = tally.output_tokens, tally.input_tokens, tally.met
     price, price_src = price_of(cfg)
     fleet = getattr(out, "fleet", None)
@@ -305,10 +323,10 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
             "rejected_by_reason": dict(sorted(tally.reject_reasons.items())),
             **({"lost": tally.lost, "lost_reasons": dict(sorted(tally.lost_reasons.items()))} if tally.lost or extra else {}),
         },
-        "ttft_s": dist(src.finished("ttft_s")),
-        "tpot_s": dist(src.finished("tpot_s")),
+        "ttft_s": ttft,
+        "tpot_s": tpot,
         "itl_s": out.itl.dist() if hasattr(out.itl, "dist") else weighted_dist(out.itl.values, *out.itl.runs()),
-        "e2e_s": dist(src.finished("e2e_s")),
+        "e2e_s": e2e,
         "queue_s": dist(src.finished("queue_s")),
         "throughput": {
             "requests_per_s": tally.completed / makespan,
@@ -332,8 +350,12 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
                       "communication": cfg.comm_dtype},
         "prefix_cache": prefix_cache(cfg, tally),
         "workload": out.workload_info,
-        "cost_model": cost_model_block(out),
-        "warnings": list(getattr(out, "warnings", [])),
+        "cost_model": cost_block,
+        "error_band": error_band(getattr(out, "cost_info", None), out.cost_source, cfg.hardware, cfg.dtype, in_flight,
+                                 ttft, tpot),
+        "verdict": verdict,
+        "warnings": list(getattr(out, "warnings", [])) + extrap_warnings
+                    + ([verdict_line(verdict)] if verdict["state"] == "overloaded" else []),
         "sim": {
             "wall_s": wall_s,
             "steps": int(log.count),

@@ -1,7 +1,9 @@
 """SLO capacity: the highest arrival rate a config sustains within percentile SLOs.
 
 A probe at rate r (one seed) *passes* when every arrived request completed, p99 TTFT <=
-``ttft_p99_s`` and p99 TPOT <= ``tpot_p99_s``. The search, per seed:
+``ttft_p99_s``, p99 TPOT <= ``tpot_p99_s`` and the run's load verdict is not "overloaded"
+(``sim/metrics/verdict.py``: a queue still growing at the last arrival meets a TTFT limit only
+because the run ended; a short run that is overloaded fails too). The search, per seed:
 
 1. Bracket: probe ``start_rate``; while it passes, double (up to ``max_rate``); while it fails,
    halve (down to ``min_rate``, below which the capacity is 0: the SLOs are out of reach even
@@ -79,6 +81,7 @@ class Probe:
     key: str
     ttft_p99_s: float | None = None
     tpot_p99_s: float | None = None
+    verdict: str | None = None
 
 
 @dataclass
@@ -159,6 +162,9 @@ def judge(summary: dict | None, s: SearchSettings, factor: float = 1.0) -> tuple
         return False, f"p99 TTFT {ttft:.3g} s > {factor * s.ttft_p99_s:g} s"
     if tpot is not None and tpot > factor * s.tpot_p99_s:
         return False, f"p99 TPOT {tpot * 1e3:.3g} ms > {factor * s.tpot_p99_s * 1e3:g} ms"
+    v = summary.get("verdict") or {}
+    if v.get("state") == "overloaded":  # never "within SLOs": its latencies grow with the run's length
+        return False, f"overloaded: {v['why']}"
     return True, "within SLOs"
 
 
@@ -207,7 +213,7 @@ def _probe(cfg: dict, seed: int, rate: float, s: SearchSettings, log: list, brac
 def _probe_row(rate, seed, stage, ok, why, res) -> Probe:
     sm = res.get("summary") or {}
     return Probe(rate, seed, stage, ok, why, res["key"], (sm.get("ttft_s") or {}).get("p99"),
-                 (sm.get("tpot_s") or {}).get("p99"))
+                 (sm.get("tpot_s") or {}).get("p99"), (sm.get("verdict") or {}).get("state"))
 
 
 def search_seed(cfg: dict, seed: int, s: SearchSettings):

@@ -38,6 +38,7 @@ from sim.config import SchedulerSection, _format_error, load_config
 from sim.cost.memory import MemoryShortfall, memory_for_config
 from sim.errors import ConfigError, ServesimError
 from sim.metrics.summary import price_of
+from sim.metrics.verdict import worst_verdict
 from sim.sweep.capacity import Capacity, SearchSettings, capacity_tasks, probe_estimate, set_key, sized, with_slos
 from sim.sweep.runner import Driver
 from sim.sweep.store import RunStore
@@ -250,7 +251,9 @@ def _fleet_metrics(v: dict) -> dict:
     out_tok = s0["throughput"]["output_tokens_per_s"] * s0["sim"]["makespan_s"]
     return {"ttft_p99_s": mean(lambda s: s["ttft_s"]["p99"]), "tpot_p99_s": mean(lambda s: s["tpot_s"]["p99"] or 0.0),
             "e2e_p99_s": mean(lambda s: s["e2e_s"]["p99"]), "slo_attainment": mean(lambda s: s["goodput"]["slo_attainment"]),
-            "cost_model": s0["sim"]["cost_model"], "mean_output_tokens": out_tok / max(1, s0["requests"]["completed"])}
+            "cost_model": s0["sim"]["cost_model"], "mean_output_tokens": out_tok / max(1, s0["requests"]["completed"]),
+            "verdict": worst_verdict([(s.get("verdict") or {}).get("state") for s in sums])}
+
 
 
 def candidate_row(c: Candidate, base: dict, rate: float, settings: SearchSettings, skipped: str | None,
@@ -341,8 +344,8 @@ def plan_markdown(table: pd.DataFrame, meta: dict) -> str:
     lines += ["", (f"**Cheapest fleet**: {int(ch['replicas'])} x {ch['candidate']} = {int(ch['gpus'])} GPUs, "
                    f"${ch['usd_per_hour']:.2f}/hour, headroom {100 * ch['headroom']:.0f}%"
                    if ch else "**No fleet meets the SLOs at a known price.**"), "",
-              "| rank | candidate | status | capacity/replica (min / mean / max req/s) | replicas | GPUs | $/GPU-h | $/hour | $/M out tok | headroom | p99 TTFT (ms) | p99 TPOT (ms) | cost model | note |",
-              "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+              "| rank | candidate | status | capacity/replica (min / mean / max req/s) | replicas | GPUs | $/GPU-h | $/hour | $/M out tok | headroom | p99 TTFT (ms) | p99 TPOT (ms) | load (worst run) | cost model | note |",
+              "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for r in table.to_dict("records"):
         cap = "-" if pd.isna(r.get("capacity_rps_min", float("nan"))) else \
             f"{r['capacity_rps_min']:.4g} / {r['capacity_rps_mean']:.4g} / {r['capacity_rps_max']:.4g}"
@@ -351,7 +354,8 @@ def plan_markdown(table: pd.DataFrame, meta: dict) -> str:
         lines.append(f"| {r['rank']} | {r['candidate']} | {r['status']} | {cap} | {_fmt(r.get('replicas'), '.0f')} | "
                      f"{_fmt(r.get('gpus'), '.0f')} | {_fmt(r.get('usd_per_gpu_hour'))} | {_fmt(r.get('usd_per_hour'))} | "
                      f"{_fmt(r.get('usd_per_million_output_tokens'))} | {pct(r.get('headroom'))} | {ms(r.get('ttft_p99_s'))} | "
-                     f"{ms(r.get('tpot_p99_s'))} | {r.get('cost_model') if isinstance(r.get('cost_model'), str) else '-'} | "
+                     f"{ms(r.get('tpot_p99_s'))} | {r.get('verdict') if isinstance(r.get('verdict'), str) else '-'} | "
+                     f"{r.get('cost_model') if isinstance(r.get('cost_model'), str) else '-'} | "
                      f"{(r.get('note') or '').replace('|', '/')} |")
     lines += ["", f"{meta['candidates']} candidates, {meta['skipped']} skipped; runs: {meta['runs']['reused']} reused, "
               f"{meta['runs']['run']} run, {meta['runs']['failed']} failed; {meta['wall_s']:.1f} s.", ""]

@@ -18,6 +18,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from sim.metrics.error_band import band_lines
+from sim.metrics.verdict import verdict_line, worst_verdict
 from sim.sweep.store import RunStore
 
 RATE_KEYS = ("workload.rate", "workload.trace.rate")
@@ -138,7 +140,9 @@ def headline(doc: Doc, s: dict) -> None:
                                  ("e2e_s", "E2E (ms)"), ("queue_s", "queueing (ms)"))])
     doc.bullets([f"requests: {r['arrived']} arrived, {r['completed']} completed, {r['rejected']} rejected, {r['preemptions']} preemptions",
                  f"throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.0f} output tokens/s",
-                 f"goodput: {g['requests_per_s']:.2f} req/s, SLO attainment {100 * (g['slo_attainment'] or 0):.1f}%"])
+                 f"goodput: {g['requests_per_s']:.2f} req/s, SLO attainment {100 * (g['slo_attainment'] or 0):.1f}%"]
+                + ([verdict_line(s["verdict"])] if s.get("verdict") else [])
+                + ([" ".join(x.strip() for x in band_lines(s["error_band"], s))] if s.get("error_band") else []))
     doc.h("Cost")
     doc.table(["GPUs", "GPU-hours", "$/GPU-hour", "$", "$ per million output tokens", "price source"],
               [[c["gpus"], c["gpu_hours"], c["usd_per_gpu_hour"], c["usd"], c["usd_per_million_output_tokens"], c["price_source"]]])
@@ -235,10 +239,11 @@ def _sweep_report(src: Path, doc: Doc, figdir: Path) -> None:
         gk = g[g["status"] == "ok"]
         vals = list(name) if isinstance(name, tuple) else [name]
         m = gk.mean(numeric_only=True) if len(gk) else pd.Series(dtype=float)
-        rows.append(vals + [f"{len(gk)}/{len(g)}", _ms(m.get("ttft_s.p50")), _ms(m.get("ttft_s.p99")), _ms(m.get("tpot_s.p99")),
+        worst = (worst_verdict(gk["verdict.state"].tolist()) if "verdict.state" in gk else None) or "-"
+        rows.append(vals + [f"{len(gk)}/{len(g)}", worst, _ms(m.get("ttft_s.p50")), _ms(m.get("ttft_s.p99")), _ms(m.get("tpot_s.p99")),
                             m.get("throughput.output_tokens_per_s"), m.get("goodput.slo_attainment"),
                             m.get("cost.usd_per_million_output_tokens")])
-    doc.table(varied + ["ok runs", "p50 TTFT (ms)", "p99 TTFT (ms)", "p99 TPOT (ms)", "output tok/s", "SLO attainment",
+    doc.table(varied + ["ok runs", "verdict (worst)", "p50 TTFT (ms)", "p99 TTFT (ms)", "p99 TPOT (ms)", "output tok/s", "SLO attainment",
                         "$ / M output tokens"], rows)
     doc.p("Means over seeds. Cost: GPU-hours over each run's makespan x the price stated in the setup.")
     frames = {}
@@ -283,7 +288,7 @@ def _plan_report(src: Path, doc: Doc, figdir: Path) -> None:
     doc.bullets([f"{g}: {p['usd_per_gpu_hour'] if p['usd_per_gpu_hour'] is not None else 'unknown'} $/GPU-hour ({p['source']})"
                  for g, p in meta["prices"].items()])
     cols = ["rank", "candidate", "status", "capacity_rps_min", "replicas", "gpus", "usd_per_hour",
-            "usd_per_million_output_tokens", "headroom", "ttft_p99_s", "tpot_p99_s", "cost_model", "note"]
+            "usd_per_million_output_tokens", "headroom", "ttft_p99_s", "tpot_p99_s", "verdict", "cost_model", "note"]
     cols = [c for c in cols if c in table]
     doc.table(cols, table[cols].astype(object).where(table[cols].notna(), None).values.tolist())
     pareto = src / "figures" / "pareto.png"
@@ -322,9 +327,9 @@ def _capacity_report(src: Path, doc: Doc, figdir: Path) -> None:
     doc.table(["seed", "rps", "fail_rps", "reason"],
               [[c["seed"], c["rps"], c.get("fail_rps"), c["limit"]] for c in r["per_seed"]])
     doc.h("Probes")
-    doc.table(["seed", "rate", "stage", "passed", "ttft_p99_s", "tpot_p99_s", "reason"],
+    doc.table(["seed", "rate", "stage", "passed", "ttft_p99_s", "tpot_p99_s", "verdict", "reason"],
               [[p["seed"], p["rate"], p["stage"], "yes" if p["passed"] else "no", p.get("ttft_p99_s"),
-                p.get("tpot_p99_s"), p["reason"]] for p in probes])
+                p.get("tpot_p99_s"), p.get("verdict") or "-", p["reason"]] for p in probes])
 
 
 def _ab_report(src: Path, doc: Doc, figdir: Path) -> None:

@@ -116,7 +116,8 @@ class RunStore:
 
 
 # Sections of summary.json flattened into table columns ("ttft_s.p99", "cost.usd", ...).
-TABLE_SECTIONS = ("requests", "ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "throughput", "goodput", "cost", "sim")
+TABLE_SECTIONS = ("requests", "ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "throughput", "goodput", "cost", "sim",
+                  "verdict")
 
 
 def flatten_summary(summary: dict | None) -> dict:

@@ -156,6 +156,9 @@ class TraceConfig(_Strict):
     model_filter: list[str] | None = Field(default=None, description="BurstGPT: keep these Model values")
     log_type_filter: list[str] | None = Field(default=None, description="BurstGPT: keep these Log Type values")
     reorder_window_s: float = Field(default=1.0, ge=0, description="tolerated timestamp disorder")
+    arrivals: Literal["recorded", "poisson"] = Field(default="recorded", description=(
+        "recorded: the trace's times; poisson: times re-drawn from the seed as a Poisson process at the "
+        "trace's mean rate (after rate / rate_scale), each request keeping its lengths, order and prefix"))
 
     @model_validator(mode="after")
     def _check(self):

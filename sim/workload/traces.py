@@ -89,22 +89,37 @@ def estimate_tokens(text: str) -> int:
 
 def read_trace_requests(cfg: WorkloadConfig, info: dict, rng: np.random.Generator | None = None) -> Iterator[RequestSpec]:
     """Requests of ``cfg.trace`` in arrival order, ids 0, 1, 2, ...; counts go to ``info``.
-    ``rng`` drives sampling and ShareGPT arrivals (default: a generator seeded with 0)."""
+    ``rng`` drives sampling and ShareGPT arrivals (default: a generator seeded with 0), and with
+    ``arrivals: poisson`` the re-drawn arrival times (exponential gaps of mean span / count,
+    from a generator of their own seeded by one draw of ``rng``)."""
     tc = cfg.trace
     rng = np.random.default_rng(0) if rng is None else rng
     factor = 1.0 / tc.rate_scale
-    if tc.rate is not None:
+    redraw = tc.arrivals == "poisson"
+    if tc.rate is not None or redraw:
         count, first, last = 0, 0.0, 0.0
         for a, *_ in _selected(cfg, {}, copy.deepcopy(rng)):
             first, last, count = (a if count == 0 else first), a, count + 1
         if count < 2 or last <= first:
-            raise TraceError(f"{tc.path}: cannot rescale to rate {tc.rate}/s: {count} requests over {last - first:g} s")
-        factor = count / (tc.rate * (last - first))
+            what = f"rescale to rate {tc.rate}/s" if tc.rate is not None else "re-draw its arrivals at its rate"
+            raise TraceError(f"{tc.path}: cannot {what}: {count} requests over {last - first:g} s")
+        if tc.rate is not None:
+            factor = count / (tc.rate * (last - first))
+    times = None
+    if redraw:  # the same mean rate (count / span, as ``rate`` defines it), times from the seed
+        gap = (last - first) * factor / count
+        own = np.random.default_rng([int(rng.integers(0, 2**63)), 1])
+        times = Draws(lambda k: own.exponential(gap, k))
+    t = 0.0
     for n, (a, _, p, o, extra) in enumerate(_selected(cfg, info, rng)):
+        if times is None:
+            t = a * factor
+        elif n:
+            t += times.next()
         if extra is None:
-            yield RequestSpec(id=n, arrival_s=a * factor, prompt_tokens=p, output_tokens=o)
+            yield RequestSpec(id=n, arrival_s=t, prompt_tokens=p, output_tokens=o)
         else:
-            yield RequestSpec(id=n, arrival_s=a * factor, prompt_tokens=p, output_tokens=o, **extra)
+            yield RequestSpec(id=n, arrival_s=t, prompt_tokens=p, output_tokens=o, **extra)
 
 
 def _selected(cfg: WorkloadConfig, info: dict, rng: np.random.Generator) -> Iterator[Row]:
