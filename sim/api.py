@@ -152,4 +152,17 @@ def write_results(res: Results, out: Path, *, plots: bool = True) -> None:
         title = f"{res.config.model} on {res.config.cluster.replicas}x{res.config.parallelism.tp} {res.config.hardware}, {res.config.scheduler.name}"
         plot_run(res.requests, res.steps, out / "plots", title=title, slo=res.config.slo)
     (out / "summary.json").write_text(json.dumps(res.summary, indent=2, sort_keys=False) + "\n")
+    _drop_stale(out, steps=res.config.output.step_records, fleet=bool(auto), plots=plots)
     res.out_dir = out
+
+
+def _drop_stale(out: Path, *, steps: bool, fleet: bool, plots: bool) -> None:
+    """Remove what a previous run left in ``out`` and this one did not write (its steps, fleet
+    or figures), so that a results folder never mixes two runs."""
+    import shutil
+
+    for name, written in (("steps.parquet", steps), ("fleet.parquet", fleet)):
+        if not written:
+            (out / name).unlink(missing_ok=True)
+    if not plots and (out / "plots").is_dir():
+        shutil.rmtree(out / "plots")

@@ -75,8 +75,19 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _python_showwarning = warnings.showwarning
 
 
+RESULT_NAMES = frozenset({
+    "summary.json", "config.yaml", "requests.parquet", "steps.parquet", "plots", "runs", "sweep.json", "plan.json",
+    "capacity.json", "ab.json", "report.html", "report.md", "stats.json", "comparison.json", "predictions.parquet",
+    "results.parquet"})
+"""Names servesim writes in an output folder: a folder holding one of them is a servesim result,
+which a new command may write over; any other non-empty folder is refused (``check_out``)."""
+
+
 def check_out(args) -> None:
-    """``--out`` must be a folder or not exist yet (checked before any simulation runs)."""
+    """``--out`` must be a folder that can be created, or an existing one that is empty or holds
+    servesim results (a run writes over the previous one; any other folder is refused, so that
+    a default such as ``results/run`` never writes into someone's files). Checked before any
+    simulation runs, and creates nothing."""
     out = getattr(args, "out", None)
     if not out:
         return
@@ -85,8 +96,27 @@ def check_out(args) -> None:
         if q.exists() and not q.is_dir():
             what = "is a file" if q == p else f"lies under {q}, which is a file"
             raise ServesimError(f"--out {out} {what}; give a folder")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise ServesimError(f"--out {out} is not writable")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise ServesimError(f"--out {out} is not writable")
+        names = {n.name for n in p.iterdir() if not n.name.startswith(".")}
+        if names and not names & RESULT_NAMES:
+            raise ServesimError(f"--out {out} is a folder that holds other files ({', '.join(sorted(names)[:3])}"
+                                f"{', ...' if len(names) > 3 else ''}) and no servesim results; give a new or empty folder")
+        return
+    _check_creatable(p, out)
+
+
+def _check_creatable(p: Path, out: str) -> None:
+    """Whether the nearest existing folder above ``p`` takes a new folder (tried, then removed:
+    write permission bits say nothing to root, or on /proc)."""
+    import tempfile
+
+    base = next((q for q in p.absolute().parents if q.exists()), None)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".servesim-", dir=base))
+    except OSError as e:
+        raise ServesimError(f"--out {out}: cannot create a folder in {base} ({e.strerror})") from None
 
 
 def _on_sigterm(signum, frame):

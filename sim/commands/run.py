@@ -47,13 +47,15 @@ def run(args) -> int:
     from sim.api import simulate
     from sim.commands.table import print_summary
 
+    from pathlib import Path
+
+    replaced = (Path(args.out) / "summary.json").exists()
     res = simulate(args.config, overrides=overrides_from_args(args), out=args.out,
                    plots=False if args.no_plots else None, progress=False if args.quiet else None)
     if not args.quiet:
         print_summary(res.summary, res.config)
-        from pathlib import Path
-
         names = [n for n in ("summary.json", "requests.parquet", "steps.parquet", "fleet.parquet", "config.yaml", "plots/")
                  if (Path(args.out) / n.rstrip("/")).exists()]
-        print(f"results written to {args.out}/ ({', '.join(names)})")
+        again = ", replacing the previous run there" if replaced else ""
+        print(f"results written to {args.out}/ ({', '.join(names)}{again})")
     return 0

@@ -16,7 +16,8 @@ def duration(v: float | None) -> str:
         if abs(v) < below:
             x = v / scale
             digits = 1 if unit == "ms" else 2 if abs(x) < 100 else 1 if abs(x) < 1000 else 0
-            return f"{x:,.{digits}f} {unit}"
+            text = f"{x:,.{digits}f} {unit}"
+            return text if len(text) < COL else f"{x:.3g} {unit}"
 
 
 def _by_reason(reasons: dict) -> str:
@@ -35,9 +36,28 @@ def cost_line(s: dict) -> str:
     return s["sim"]["cost_model"]
 
 
+def model_label(model: str) -> str:
+    """A run's model as people name it: the catalog id, or for a config.json or card file the
+    model it describes (``acme/Tiny-2L (from models/tiny/config.json)``)."""
+    from pathlib import Path
+
+    from sim.catalog import get_model
+
+    if not (model.endswith((".json", ".yaml", ".yml")) or Path(model).is_dir()):
+        return model
+    return f"{get_model(model).name} (from {model})"
+
+
+def fleet_label(cfg) -> str:
+    """``4 x 1 h100-sxm``, with the prefill/decode split of a disaggregated fleet."""
+    c, gpus = cfg.cluster, cfg.parallelism.tp * cfg.parallelism.pp
+    split = f" ({c.prefill_replicas} prefill + {c.replicas - c.prefill_replicas} decode)" if c.prefill_replicas else ""
+    return f"{c.replicas} x {gpus} {cfg.hardware}{split}"
+
+
 def print_summary(s: dict, cfg) -> None:
     r = s["requests"]
-    print(f"\n{cfg.model} | {cfg.cluster.replicas} x {cfg.parallelism.tp * cfg.parallelism.pp} {cfg.hardware} "
+    print(f"\n{model_label(cfg.model)} | {fleet_label(cfg)} "
           f"(tp={cfg.parallelism.tp}, pp={cfg.parallelism.pp}) | scheduler {cfg.scheduler.name} | "
           f"cost model {cost_line(s)}")
     print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected"
