@@ -55,6 +55,29 @@ def fleet_label(cfg) -> str:
     return f"{c.replicas} x {gpus} {cfg.hardware}{split}"
 
 
+def reservation_line(cfg) -> str | None:
+    """What a reservation policy (orca; trtllm's GUARANTEED_NO_EVICT) reserved per request on
+    admission: the prompt plus the request's output limit (None for the other policies)."""
+    name, k = cfg.scheduler.name, cfg.scheduler.knobs()
+    if name == "orca" and k.reserve == "context":
+        return "reservation (orca): each request reserves the model's whole context (scheduler.reserve=context)"
+    if not (name == "orca" or (name == "trtllm" and k.capacity_scheduler_policy == "GUARANTEED_NO_EVICT"
+                                and not k.max_tokens_oracle)):
+        return None
+    wl = cfg.workload
+    if wl.trace is not None:
+        what = "the trace's max_output_tokens where it gives one, else the context minus the prompt"
+    elif wl.tenants:
+        what = "each tenant's output bound (its distribution's max), within the context"
+    else:
+        from sim.workload.synthetic import output_bound
+
+        bound = output_bound(wl.output, {})
+        what = (f"at most {bound:,} (workload.output's bound)" if bound is not None
+                else "the context minus the prompt (workload.output has no max)")
+    return f"reservation ({name}): each request reserves its prompt + its output limit: {what}"
+
+
 def print_summary(s: dict, cfg) -> None:
     r = s["requests"]
     print(f"\n{model_label(cfg.model)} | {fleet_label(cfg)} "
@@ -71,6 +94,9 @@ def print_summary(s: dict, cfg) -> None:
     if a:
         print(f"autoscale: {a['replicas_started']} replicas started, peak {a['peak_provisioned']} provisioned, "
               f"{a['gpu_hours']:.3f} GPU-hours while provisioned")
+    reserved = reservation_line(cfg)
+    if reserved:
+        print(reserved)
     wl = s.get("workload") or {}
     for key, what in (("clipped", "to their length distributions' bounds"), ("clipped_to_context", "to the context")):
         clip = wl.get(key)
