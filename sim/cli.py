@@ -7,6 +7,8 @@ on stderr and an exit code, never a traceback.
 
 - bad usage (argparse) and the project's errors (``ServesimError``: config, trace, capacity;
   ``CatalogError``): ``servesim: error: <message>``, exit 2;
+- a run that served nothing because every request was rejected: the reason and the knob to
+  change on stderr, exit 3 (the results folder is written);
 - Ctrl-C or SIGTERM: ``servesim: interrupted``, exit 130 (143 for SIGTERM);
 - stdout closed early (``servesim run | head``): quiet, exit 0 (the results folder is
   already written);
@@ -42,10 +44,41 @@ EXIT_INTERRUPTED = 130
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (the usage is one ``--help`` away)."""
+    """argparse with a one-line error (the usage is one ``--help`` away) that suggests the
+    closest flag for a misspelt one (``--schedular``: did you mean --scheduler?)."""
 
     def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{self._suggest(message)} (see {self.prog} --help)\n")
+
+    def _suggest(self, message: str) -> str:
+        import difflib
+
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = set(self._option_string_actions)
+        for a in self._actions:  # the subcommands' flags (argparse reports their leftovers here)
+            if isinstance(a, argparse._SubParsersAction):
+                for sp in a.choices.values():
+                    known |= set(sp._option_string_actions)
+        hints = []
+        for word in message.split(":", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.7) if flag.startswith("-") else []
+            if close:
+                hints.append((flag, close[0]))
+        if len(hints) == 1:
+            return f"; did you mean {hints[0][1]}?"
+        return "".join(f"; {flag}: did you mean {close}?" for flag, close in hints)
+
+
+def _version() -> str:
+    """The installed package's version (its metadata), as ``pip show servesim`` gives it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("servesim")
+    except PackageNotFoundError:
+        return "unknown (not installed; pip install -e .)"
 
 
 class Interrupted(BaseException):
@@ -58,6 +91,7 @@ class Interrupted(BaseException):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="servesim", description="Simulate LLM inference serving before buying GPUs.")
+    parser.add_argument("--version", action="version", version=f"servesim {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).register(sub)

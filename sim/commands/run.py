@@ -14,11 +14,16 @@ SHORTCUTS = [
     ("--framework-version", "cost.framework_version", str, "framework version in the kernel database (default newest)"),
     ("--replicas", "cluster.replicas", positive_int, "identical replicas"),
     ("--scheduler", "scheduler.name", str, "scheduling policy"),
+    ("--router", "cluster.router", str, "router across replicas"),
     ("--rate", "workload.rate", positive_float, "arrival rate (req/s); with --trace, rescales the trace to it"),
     ("--num-requests", "workload.num_requests", positive_int, "requests to simulate (with --trace: its first N rows)"),
     ("--seed", "seed", nonneg_int, "random seed"),
     ("--workers", "engine.workers", positive_int, "processes for replicas that share no state (round robin)"),
 ]
+
+
+EXIT_ALL_REJECTED = 3
+"""Exit status of a run that served nothing because every request was rejected (results written)."""
 
 
 def register(sub) -> None:
@@ -58,4 +63,13 @@ def run(args) -> int:
                  if (Path(args.out) / n.rstrip("/")).exists()]
         again = ", replacing the previous run there" if replaced else ""
         print(f"results written to {args.out}/ ({', '.join(names)}{again})")
+    r = res.summary["requests"]
+    if r["arrived"] and r["rejected"] == r["arrived"]:
+        import sys
+
+        from sim.commands.table import rejection_hints
+
+        why = "; ".join(rejection_hints(res.summary, res.config)) or ", ".join(sorted(r.get("rejected_by_reason") or {}))
+        print(f"servesim: error: every request was rejected, nothing was served ({why})", file=sys.stderr)
+        return EXIT_ALL_REJECTED
     return 0

@@ -55,6 +55,27 @@ def fleet_label(cfg) -> str:
     return f"{c.replicas} x {gpus} {cfg.hardware}{split}"
 
 
+def rejection_hints(s: dict, cfg) -> list[str]:
+    """For each rejection code of the run, the knob behind it and what to change."""
+    from sim.catalog import get_model
+
+    codes = (s["requests"].get("rejected_by_reason") or {})
+    knobs = cfg.scheduler.knobs()
+    out = []
+    if "exceeds_token_budget" in codes:
+        budget = getattr(knobs, "max_num_batched_tokens", None)
+        out.append(f"exceeds_token_budget: these prompts are longer than scheduler.max_num_batched_tokens ({budget:,}), "
+                   f"and {cfg.scheduler.name} runs a prompt in one step: raise it (--set "
+                   "scheduler.max_num_batched_tokens=N) or use a chunked-prefill scheduler (vllm_v1, sarathi)")
+    if "exceeds_context" in codes:
+        out.append(f"exceeds_context: prompt + output exceed {get_model(cfg.model).max_context:,} tokens, the model's "
+                   "context: shorten the lengths or set workload.clip_to_context=true")
+    if "exceeds_kv_capacity" in codes:
+        out.append("exceeds_kv_capacity: one request needs more KV blocks than a replica holds: raise parallelism.tp or "
+                   "kv.gpu_memory_utilization, or choose a GPU with more memory")
+    return out
+
+
 def reservation_line(cfg) -> str | None:
     """What a reservation policy (orca; trtllm's GUARANTEED_NO_EVICT) reserved per request on
     admission: the prompt plus the request's output limit (None for the other policies)."""
@@ -86,6 +107,8 @@ def print_summary(s: dict, cfg) -> None:
     print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected"
           f"{_by_reason(r.get('rejected_by_reason') or {})}, {r['preemptions']:,} preemptions"
           + (f", {r['lost']:,} lost" if r.get("lost") else ""))
+    for hint in rejection_hints(s, cfg):
+        print(f"  {hint}")
     f = s.get("faults")
     if f:
         kinds = ", ".join(f"{v} {k}" for k, v in f["by_kind"].items()) or "none reached"
