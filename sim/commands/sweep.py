@@ -101,7 +101,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("ab", help="paired A/B comparison with confidence intervals", formatter_class=F,
                        description="Run variants A and B on the same workloads (same seed per pair) and report the mean "
-                                   "difference per metric with a 95%% paired-t confidence interval.")
+                                   "difference per metric with a 95% paired-t confidence interval.")
     p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")
     p.add_argument("--a", action="append", default=[], metavar="KEY=VALUE", help="override for A (repeatable)")
     p.add_argument("--b", action="append", default=[], metavar="KEY=VALUE", help="override for B (repeatable)")

@@ -30,7 +30,7 @@ METRICS = [
     (("throughput", "output_tokens_per_s"), "output throughput", 1.0, "tok/s", False),
     (("goodput", "requests_per_s"), "goodput", 1.0, "req/s", False),
     (("goodput", "slo_attainment"), "SLO attainment", 100.0, "pp", False),
-    (("cost", "usd_per_million_output_tokens"), "$ per million output tokens", 1.0, "$", True),
+    (("cost", "usd_per_million_output_tokens"), "cost per million output tokens", 1.0, "$", True),
 ]
 
 
@@ -117,17 +117,38 @@ def ab_test(base: dict, a: list[str], b: list[str], seeds: list[int], out: str |
     return result
 
 
-def ab_markdown(r: dict) -> str:
-    lines = [f"# A/B: {' '.join(r['b'])} (B) against {' '.join(r['a'])} (A)", "",
-             f"Paired on {len(r['paired_seeds'])} seeds {r['paired_seeds']} (same requests per seed); "
-             "differences are B - A with 95% paired-t confidence intervals.", ""]
+AB_HEADER = ["metric", "A", "B", "B - A", "95% CI", "verdict"]
+
+
+def ab_intro(r: dict) -> list[str]:
+    """The paragraphs above the A/B table: what was paired, and the failed runs."""
+    out = [f"Paired on {len(r['paired_seeds'])} seeds {r['paired_seeds']} (same requests per seed); "
+           "differences are B - A with 95% paired-t confidence intervals."]
     if r["failed"]:
-        lines += ["Failed runs: " + "; ".join(r["failed"]), ""]
-    lines += ["| metric | A | B | B - A | 95% CI | verdict |", "|---|---:|---:|---:|---|---|"]
+        out.append("Failed runs: " + "; ".join(r["failed"]))
+    return out
+
+
+def ab_rows(r: dict) -> list[list[str]]:
+    """The A/B table's rows (cells as text), one per metric, columns ``AB_HEADER``."""
+    rows = []
     for m in r["metrics"]:
         sc = m["scale"]
         ci = "-" if m["lo"] is None else f"[{_num(m['lo'] * sc)}, {_num(m['hi'] * sc)}]"
         sign = "+" if m["mean_diff"] > 0 else ""
-        lines.append(f"| {m['label']} ({m['unit']}) | {_num(m['mean_a'] * sc)} | {_num(m['mean_b'] * sc)} | "
-                     f"{sign}{_num(m['mean_diff'] * sc)} | {ci} | {m['verdict']} |")
+        rows.append([f"{m['label']} ({m['unit']})", _num(m["mean_a"] * sc), _num(m["mean_b"] * sc),
+                     f"{sign}{_num(m['mean_diff'] * sc)}", ci, m["verdict"]])
+    return rows
+
+
+def ab_title(r: dict) -> str:
+    return f"A/B: {' '.join(r['b'])} (B) against {' '.join(r['a'])} (A)"
+
+
+def ab_markdown(r: dict) -> str:
+    lines = [f"# {ab_title(r)}", ""]
+    for para in ab_intro(r):
+        lines += [para, ""]
+    lines += ["| " + " | ".join(AB_HEADER) + " |", "|---|---:|---:|---:|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in ab_rows(r)]
     return "\n".join(lines) + "\n"
