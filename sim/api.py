@@ -67,8 +67,10 @@ def _progress(cfg: Config, enabled: bool | None):
         return None
     from tqdm import tqdm
 
+    from sim.progress import bar_columns
+
     total = cfg.workload.num_requests if cfg.workload.trace is None else None
-    return tqdm(total=total, unit="req", desc="simulating", leave=False, mininterval=0.5)
+    return tqdm(total=total, unit="req", desc="simulating", leave=False, mininterval=0.5, ncols=bar_columns())
 
 
 def simulate(config: str | Path | dict | Config | None = None, *, overrides: list[str] | None = None,
