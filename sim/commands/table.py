@@ -115,7 +115,8 @@ def print_summary(s: dict, cfg) -> None:
         print(f"faults: {kinds} | {f['requeued']:,} re-queued, {f['lost']:,} lost ({f['on_crash']} on crash)")
     a = s.get("autoscale")
     if a:
-        print(f"autoscale: {a['replicas_started']} replicas started, peak {a['peak_provisioned']} provisioned, "
+        print(f"autoscale: {a['replicas_started']} replicas started, {a.get('replicas_drained', 0)} drained, "
+              f"peak {a['peak_provisioned']} provisioned, "
               f"{a['gpu_hours']:.3f} GPU-hours while provisioned")
     reserved = reservation_line(cfg)
     if reserved:
