@@ -32,6 +32,7 @@ class PoolDynamics:
         self.scaling = cfg.cluster.autoscale
         self.fleet = FleetLog(cfg.parallelism.tp * cfg.parallelism.pp) if self.scaling.enabled else None
         self.parked: deque = deque()  # requests waiting for any replica to serve
+        self.parked_decode: deque = deque()  # disaggregation: decoding requests waiting for a decode replica
         self.draining: set[int] = set()  # replicas the router skips until they are empty (then released)
 
     def start(self) -> None:
@@ -94,11 +95,32 @@ class PoolDynamics:
         parked, self.parked = self.parked, deque()
         for r in parked:
             eng._dispatch(r)
+        if rep.role == "decode":
+            waiting, self.parked_decode = self.parked_decode, deque()
+            for r in waiting:
+                self.to_decode(r)
 
     def requeue(self, r) -> None:
-        """``r`` (its KV lost with a crashed replica or a failed transfer) goes through the router again."""
+        """``r`` (its KV lost with a crashed replica or a failed transfer) goes through the router
+        again; under disaggregation a request past its first token goes to a decode replica
+        instead (``to_decode``), never back to the prefill-only pool."""
         self.log.requeued += 1
+        if self.eng.disagg is not None and r.first_token_s is not None:
+            return self.to_decode(r)
         self.eng._dispatch(r)
+
+    def to_decode(self, r) -> None:
+        """Disaggregation: ``r`` already has its first token and no KV. It joins the least loaded
+        serving decode replica, which recomputes its prompt and tokens so far (as after a
+        recompute preemption); while every decode replica is down it is parked until one
+        restarts (counted: ``faults.parked_for_decode``), so prefill replicas never decode."""
+        pool = [d for d in self.eng.disagg.decode_pool if d.up]
+        if not pool:
+            self.log.parked_for_decode += 1
+            self.parked_decode.append(r)
+            return
+        dst = min(pool, key=lambda d: (len(d.scheduler.waiting) + len(d.scheduler.running), d.idx))
+        self.eng._place(r, dst)
 
     def lose(self, r, reason: str) -> None:
         """A fault took ``r``: it ends unserved, with the reason (``code: detail``)."""
@@ -110,7 +132,10 @@ class PoolDynamics:
         """At the end of the run: the requests still parked (no replica ever served again) are lost."""
         for r in self.parked:
             self.lose(r, "no_replica: no replica served after it was parked")
+        for r in self.parked_decode:
+            self.lose(r, "no_decode_replica: no decode replica served again after it was parked")
         self.parked.clear()
+        self.parked_decode.clear()
 
     def record_fleet(self, now: float) -> None:
         if self.fleet is not None:

@@ -112,7 +112,8 @@ def print_summary(s: dict, cfg) -> None:
     f = s.get("faults")
     if f:
         kinds = ", ".join(f"{v} {k}" for k, v in f["by_kind"].items()) or "none reached"
-        print(f"faults: {kinds} | {f['requeued']:,} re-queued, {f['lost']:,} lost ({f['on_crash']} on crash)")
+        parked = f"{f['parked_for_decode']:,} parked for a decode replica, " if f.get("parked_for_decode") else ""
+        print(f"faults: {kinds} | {f['requeued']:,} re-queued, {parked}{f['lost']:,} lost ({f['on_crash']} on crash)")
     a = s.get("autoscale")
     if a:
         print(f"autoscale: {a['replicas_started']} replicas started, {a.get('replicas_drained', 0)} drained, "
