@@ -120,8 +120,9 @@ which a new command may write over; any other non-empty folder is refused (``che
 def check_out(args) -> None:
     """``--out`` must be a folder that can be created, or an existing one that is empty or holds
     servesim results (a run writes over the previous one; any other folder is refused, so that
-    a default such as ``results/run`` never writes into someone's files). Checked before any
-    simulation runs, and creates nothing."""
+    a default such as ``results/run`` never writes into someone's files; the calibration
+    commands' ``--out`` is a root of ``<hardware>/<model>/`` folders, shared, and exempt).
+    Checked before any simulation runs, and creates nothing."""
     out = getattr(args, "out", None)
     if not out:
         return
@@ -134,7 +135,7 @@ def check_out(args) -> None:
         if not os.access(p, os.W_OK):
             raise ServesimError(f"--out {out} is not writable")
         names = {n.name for n in p.iterdir() if not n.name.startswith(".")}
-        if names and not names & RESULT_NAMES:
+        if names and not names & RESULT_NAMES and not getattr(args, "out_is_root", False):
             raise ServesimError(f"--out {out} is a folder that holds other files ({', '.join(sorted(names)[:3])}"
                                 f"{', ...' if len(names) > 3 else ''}) and no servesim results; give a new or empty folder")
         return

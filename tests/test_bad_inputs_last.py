@@ -179,3 +179,18 @@ def test_results_folder_is_reused_without_stale_files(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "replacing the previous run there" in printed
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "requests.parquet", "summary.json"]
+
+
+def test_calibration_roots_may_hold_other_folders(tmp_path):
+    """``fit``/``profile``/``validate`` write ``OUT/<hardware>/<model>/`` under a shared root: a
+    root that holds other hardware is theirs to write into; a results command refuses it."""
+    from argparse import Namespace
+
+    from sim.cli import build_parser, check_out
+    from sim.errors import ServesimError
+
+    (tmp_path / "cpu").mkdir()
+    for argv in (["fit", "P", "--out", str(tmp_path)], ["profile", "--model", "m", "--out", str(tmp_path)]):
+        check_out(build_parser().parse_args(argv))
+    with pytest.raises(ServesimError, match="holds other files"):
+        check_out(Namespace(out=str(tmp_path)))
