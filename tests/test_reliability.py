@@ -115,8 +115,10 @@ def test_all_rejected_run_gives_a_well_formed_summary_and_table(capsys):
 def test_cli_all_rejected_run_exits_cleanly(tmp_path, capsys):
     rc = main(["run", "--model", "llama-2-7b", "--set", "workload.prompt.kind=fixed", "--set",
                "workload.prompt.value=5000", "--num-requests", "50", "--no-plots", "--out", str(tmp_path / "r")])
-    assert rc == 0
-    assert "exceeds_context 50" in capsys.readouterr().out
+    assert rc == 3  # nothing served: the results are written, and the exit status says so
+    cap = capsys.readouterr()
+    assert "exceeds_context 50" in cap.out
+    assert "every request was rejected" in cap.err and "workload.clip_to_context=true" in cap.err
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["requests"]["rejected_by_reason"] == {
         "exceeds_context": 50}
 
