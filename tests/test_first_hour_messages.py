@@ -31,6 +31,10 @@ def test_orca_reservation_is_prompt_plus_bound():
     reqs = list(build_workload(wl, max_context=131072, rng=np.random.default_rng(0)))
     assert {r.max_output_tokens for r in reqs} == {9}
     assert {r.max_output_tokens for r in build_workload(wl, max_context=104, rng=np.random.default_rng(0))} == {4}
+    from sim.workload.synthetic import output_bound
+
+    assert output_bound(LengthDist(kind="fixed", value=9000, max=8192), {}) == 8192  # as the draws are clipped
+    assert output_bound(LengthDist(kind="lognormal", median=100, sigma=1.0), {}) is None  # unbounded: the context
 
 
 def test_rejections_name_the_knob_and_all_rejected_exits_3(tmp_path, capsys):

@@ -93,8 +93,8 @@ def output_bound(dist: LengthDist, pools: dict) -> int | None:
     """The most output tokens ``dist`` can draw (None: unbounded): what a client sends as its
     ``max_tokens`` when it knows its workload, and what reservation policies (orca, trtllm's
     GUARANTEED_NO_EVICT) reserve beside the prompt."""
-    if dist.kind == "fixed":
-        return dist.value
+    if dist.kind == "fixed":  # (a value outside [min, max] is drawn clipped to them)
+        return max(dist.min, dist.value if dist.max is None else min(dist.value, dist.max))
     if dist.kind == "trace":
         if dist.path not in pools:
             pools[dist.path] = trace_lengths(dist.path)
