@@ -51,6 +51,27 @@ def _stats(xs: list[float]) -> dict:
             "n": int(a.size)}
 
 
+def host_load() -> float | None:
+    """This host's 1-minute load average (runnable processes, this one included); None where the
+    OS keeps none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_note(loads: list[float | None], cores: int) -> str | None:
+    """Why the measured step times say little: while the replay ran, the load average exceeded
+    the host's cores, so steps were timed while waiting for a core (None when the host had a
+    core for every runnable process, or no load was measured)."""
+    seen = [x for x in loads if x is not None]
+    if not seen or max(seen) <= cores:
+        return None
+    return (f"the host was busy during the replay (load average up to {max(seen):.1f} on {cores} cores): measured "
+            "step times include waiting for a core, so the step, TTFT and TPOT errors say little about the cost "
+            "model; rerun on an idle host")
+
+
 # ---------------------------------------------------------------------- cards and folders
 
 def resolve_cards(model: str, hardware: str | None, device: str):
@@ -252,8 +273,13 @@ def run(args) -> dict:
                             num_blocks=blocks_needed(doc, doc.get("block_size", DEFAULT_BLOCK_SIZE)) + 8, seed=args.seed,
                             max_positions=max(s["ctx"][i] + s["new"][i] for s in steps for i in range(len(s["new"]))) + 1)
         t0 = time.perf_counter()
+        load_before = host_load()
         measured = replay(model, doc, repeats=args.repeats)
         wall = time.perf_counter() - t0
+        loads = [load_before, host_load()]
+        busy = busy_note(loads, os.cpu_count() or 1)
+        result["host"] = {"load_average_1min": [x for x in loads if x is not None], "cores": os.cpu_count(),
+                          "busy": busy}
         meas = [h + f for h, f in measured]
         pr = [p.total for p in predicted]
         errs = [ape(p, m) for p, m in zip(pr, meas)]
@@ -283,6 +309,8 @@ def run(args) -> dict:
         np.savetxt(out / "steps.csv", np.array([[len(s["new"]), sum(s["new"]), p, m, h] for s, p, m, (h, _) in
                                                 zip(steps, pr, meas, measured)]),
                    delimiter=",", header="seqs,tokens,predicted_s,measured_s,host_s", comments="", fmt="%.9g")
+        if busy:
+            print(f"warning: {busy}")
         _figures(out, kpoints, pr, meas, steps, card.id, hw.id)
     if kpoints and "step" in result and result["step"].get("skipped"):
         _figures(out, kpoints, [], [], [], card.id, hw.id)

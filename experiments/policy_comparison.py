@@ -14,7 +14,7 @@ import pandas as pd
 from policy_common import line_figures, main, set_rate
 from sim import simulate
 
-METRICS = [("ttft_p99_s", "p99 TTFT (s)", True), ("tpot_p99_s", "p99 TPOT (s)", True),
+METRICS = [("ttft_p99_s", "p99 TTFT (ms, log scale)", True, 1e3), ("tpot_p99_s", "p99 TPOT (ms, log scale)", True, 1e3),
            ("goodput_rps", "goodput (req/s within SLO)", False)]
 
 

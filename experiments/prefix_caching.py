@@ -34,7 +34,7 @@ def run_all(cfg: dict, exp: dict) -> pd.DataFrame:
 
 
 METRICS = [("hit_rate", "prefix-cache hit rate (cached / prompt tokens)", False),
-           ("ttft_mean_s", "mean TTFT (s)", True), ("ttft_p99_s", "p99 TTFT (s)", True)]
+           ("ttft_mean_s", "mean TTFT (ms, log scale)", True, 1e3), ("ttft_p99_s", "p99 TTFT (ms, log scale)", True, 1e3)]
 
 
 def plot(df: pd.DataFrame, out: Path, cfg: dict) -> None:

@@ -68,8 +68,10 @@ def _progress(cfg: Config, enabled: bool | None):
         return None
     from tqdm import tqdm
 
+    from sim.progress import bar_columns
+
     total = cfg.workload.num_requests if cfg.workload.trace is None else None
-    return tqdm(total=total, unit="req", desc="simulating", leave=False, mininterval=0.5)
+    return tqdm(total=total, unit="req", desc="simulating", leave=False, mininterval=0.5, ncols=bar_columns())
 
 
 def simulate(config: str | Path | dict | Config | None = None, *, overrides: list[str] | None = None,
@@ -160,4 +162,17 @@ def write_results(res: Results, out: Path, *, plots: bool = True) -> None:
         plot_run(res.requests, res.steps, out / "plots", title=title, slo=res.config.slo,
                  band=res.summary.get("error_band"))
     (out / "summary.json").write_text(json.dumps(res.summary, indent=2, sort_keys=False) + "\n")
+    _drop_stale(out, steps=res.config.output.step_records, fleet=bool(auto), plots=plots)
     res.out_dir = out
+
+
+def _drop_stale(out: Path, *, steps: bool, fleet: bool, plots: bool) -> None:
+    """Remove what a previous run left in ``out`` and this one did not write (its steps, fleet
+    or figures), so that a results folder never mixes two runs."""
+    import shutil
+
+    for name, written in (("steps.parquet", steps), ("fleet.parquet", fleet)):
+        if not written:
+            (out / name).unlink(missing_ok=True)
+    if not plots and (out / "plots").is_dir():
+        shutil.rmtree(out / "plots")

@@ -7,6 +7,8 @@ on stderr and an exit code, never a traceback.
 
 - bad usage (argparse) and the project's errors (``ServesimError``: config, trace, capacity;
   ``CatalogError``): ``servesim: error: <message>``, exit 2;
+- a run that served nothing because every request was rejected: the reason and the knob to
+  change on stderr, exit 3 (the results folder is written);
 - Ctrl-C or SIGTERM: ``servesim: interrupted``, exit 130 (143 for SIGTERM);
 - stdout closed early (``servesim run | head``): quiet, exit 0 (the results folder is
   already written);
@@ -30,7 +32,7 @@ COMMANDS = {
     "sim.commands.catalog": ("catalog",),
     "sim.commands.trace": ("trace",),
     "sim.commands.profile": ("profile",),
-    "sim.commands.calibrate": ("fit", "validate"),
+    "sim.commands.calibrate": ("fit", "validate", "calibrate-engine"),
     "sim.commands.sweep": ("sweep", "capacity", "plan", "ab", "report"),
     "sim.commands.compare": ("compare",),
     "sim.commands.validate_silicon": ("validate-silicon",),
@@ -44,10 +46,41 @@ EXIT_INTERRUPTED = 130
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (the usage is one ``--help`` away)."""
+    """argparse with a one-line error (the usage is one ``--help`` away) that suggests the
+    closest flag for a misspelt one (``--schedular``: did you mean --scheduler?)."""
 
     def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{self._suggest(message)} (see {self.prog} --help)\n")
+
+    def _suggest(self, message: str) -> str:
+        import difflib
+
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = set(self._option_string_actions)
+        for a in self._actions:  # the subcommands' flags (argparse reports their leftovers here)
+            if isinstance(a, argparse._SubParsersAction):
+                for sp in a.choices.values():
+                    known |= set(sp._option_string_actions)
+        hints = []
+        for word in message.split(":", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.7) if flag.startswith("-") else []
+            if close:
+                hints.append((flag, close[0]))
+        if len(hints) == 1:
+            return f"; did you mean {hints[0][1]}?"
+        return "".join(f"; {flag}: did you mean {close}?" for flag, close in hints)
+
+
+def _version() -> str:
+    """The installed package's version (its metadata), as ``pip show servesim`` gives it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("servesim")
+    except PackageNotFoundError:
+        return "unknown (not installed; pip install -e .)"
 
 
 class Interrupted(BaseException):
@@ -62,6 +95,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given the command line, only the module of its command registers (every
     module registers for ``--help``, a usage error or an unknown command)."""
     parser = Parser(prog="servesim", description="Simulate LLM inference serving before buying GPUs.")
+    parser.add_argument("--version", action="version", version=f"servesim {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     first = next((a for a in argv or () if not a.startswith("-")), None)
     mine = [m for m, names in COMMANDS.items() if first in names]
@@ -81,8 +115,20 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _python_showwarning = warnings.showwarning
 
 
+RESULT_NAMES = frozenset({
+    "summary.json", "config.yaml", "requests.parquet", "steps.parquet", "plots", "runs", "sweep.json", "plan.json",
+    "capacity.json", "ab.json", "report.html", "report.md", "stats.json", "comparison.json", "predictions.parquet",
+    "results.parquet"})
+"""Names servesim writes in an output folder: a folder holding one of them is a servesim result,
+which a new command may write over; any other non-empty folder is refused (``check_out``)."""
+
+
 def check_out(args) -> None:
-    """``--out`` must be a folder or not exist yet (checked before any simulation runs)."""
+    """``--out`` must be a folder that can be created, or an existing one that is empty or holds
+    servesim results (a run writes over the previous one; any other folder is refused, so that
+    a default such as ``results/run`` never writes into someone's files; the calibration
+    commands' ``--out`` is a root of ``<hardware>/<model>/`` folders, shared, and exempt).
+    Checked before any simulation runs, and creates nothing."""
     out = getattr(args, "out", None)
     if not out:
         return
@@ -91,8 +137,27 @@ def check_out(args) -> None:
         if q.exists() and not q.is_dir():
             what = "is a file" if q == p else f"lies under {q}, which is a file"
             raise ServesimError(f"--out {out} {what}; give a folder")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise ServesimError(f"--out {out} is not writable")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise ServesimError(f"--out {out} is not writable")
+        names = {n.name for n in p.iterdir() if not n.name.startswith(".")}
+        if names and not names & RESULT_NAMES and not getattr(args, "out_is_root", False):
+            raise ServesimError(f"--out {out} is a folder that holds other files ({', '.join(sorted(names)[:3])}"
+                                f"{', ...' if len(names) > 3 else ''}) and no servesim results; give a new or empty folder")
+        return
+    _check_creatable(p, out)
+
+
+def _check_creatable(p: Path, out: str) -> None:
+    """Whether the nearest existing folder above ``p`` takes a new folder (tried, then removed:
+    write permission bits say nothing to root, or on /proc)."""
+    import tempfile
+
+    base = next((q for q in p.absolute().parents if q.exists()), None)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".servesim-", dir=base))
+    except OSError as e:
+        raise ServesimError(f"--out {out}: cannot create a folder in {base} ({e.strerror})") from None
 
 
 def _on_sigterm(signum, frame):

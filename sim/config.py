@@ -31,6 +31,14 @@ class _Strict(BaseModel):
 
 MAX_REPLICAS = 10_000
 """Most replicas of one simulated cluster (each is a scheduler and a KV pool in memory)."""
+MIN_AUTOSCALE_INTERVAL_S = 0.01
+"""Shortest ``cluster.autoscale.interval_s``: about one decode step, below which a decision sees no
+new state (and a run of hours would take billions of decisions)."""
+MAX_FAULT_S = 365 * 86400.0
+"""Latest fault start and longest fault (a year of simulated time; traces span hours to weeks)."""
+MAX_SLOWDOWN = 1000.0
+"""Largest straggler or degraded-link factor: a replica 1,000 times slower serves nothing, which
+a crash models."""
 MAX_GPU_BLOCKS = 10_000_000
 """Largest ``kv.num_gpu_blocks`` (160 M tokens at 16 per block: beyond any GPU's KV cache)."""
 
@@ -45,11 +53,12 @@ class Autoscale(_Strict):
     is sized to ceil(outstanding requests / ``target_outstanding``) within [min, max]."""
 
     enabled: bool = False
-    min_replicas: int = Field(default=1, ge=1)
-    max_replicas: int = Field(default=4, ge=1)
-    interval_s: float = Field(default=10.0, gt=0, description="seconds between two decisions")
-    target_outstanding: float = Field(default=16.0, gt=0, description=(
-        "waiting + running requests per serving replica the policy aims for"))
+    min_replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
+    max_replicas: int = Field(default=4, ge=1, le=MAX_REPLICAS)
+    interval_s: float = Field(default=10.0, ge=MIN_AUTOSCALE_INTERVAL_S, description="seconds between two decisions")
+    target_outstanding: float = Field(default=16.0, ge=1, description=(
+        "waiting + running requests per serving replica the policy aims for (at least 1: a lower "
+        "target provisions more replicas than there are requests)"))
     cold_start_s: float = Field(default=60.0, ge=0, description=(
         "seconds from provisioning a replica until it serves (paid for meanwhile)"))
 
@@ -185,12 +194,12 @@ class FaultEvent(_Strict):
     """One scheduled fault (``sim/cluster/faults.py``; docs/faults.md)."""
 
     kind: Literal["crash", "straggler", "degraded_link"]
-    at_s: float = Field(ge=0, description="simulated time the fault starts")
+    at_s: float = Field(ge=0, le=MAX_FAULT_S, description="simulated time the fault starts")
     replica: int | None = Field(default=None, ge=0, description=(
         "the replica hit (crash, straggler: required; degraded_link: null = every replica)"))
-    duration_s: float | None = Field(default=None, gt=0, description=(
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_FAULT_S, description=(
         "crash: seconds until the replica serves again (KV empty); straggler, degraded_link: how long it lasts"))
-    factor: float | None = Field(default=None, ge=1, description=(
+    factor: float | None = Field(default=None, ge=1, le=MAX_SLOWDOWN, description=(
         "straggler: every step-time component x factor; degraded_link: communication and KV transfer x factor"))
 
     @model_validator(mode="after")
@@ -482,18 +491,25 @@ def parse_yaml(text: str, where: str) -> object:
         raise ConfigError(f"{where}: not valid YAML: {e}") from None
 
 
-def check_keys(data, where: str = "config", path: str = "") -> None:
+def check_keys(data, where: str = "config", path: str = "", _seen: set | None = None) -> None:
     """Every mapping key is a string (a YAML key such as ``1:`` or ``true:`` is an error that
-    names its path)."""
+    names its path). A YAML alias is one shared object: each is walked once, so an alias bomb
+    ("billion laughs") costs its size in the file, not its expanded size."""
+    if not isinstance(data, (dict, list)):
+        return
+    seen = set() if _seen is None else _seen
+    if id(data) in seen:
+        return
+    seen.add(id(data))
     if isinstance(data, dict):
         for k, v in data.items():
             if not isinstance(k, str):
                 at = f" under {path}" if path else ""
                 raise ConfigError(f"{where}: key {k!r}{at} is a {type(k).__name__}; config keys are names")
-            check_keys(v, where, f"{path}.{k}" if path else k)
-    elif isinstance(data, list):
+            check_keys(v, where, f"{path}.{k}" if path else k, seen)
+    else:
         for i, v in enumerate(data):
-            check_keys(v, where, f"{path}[{i}]")
+            check_keys(v, where, f"{path}[{i}]", seen)
 
 
 def read_yaml(path: str | Path) -> dict:

@@ -766,6 +766,7 @@ def clip_warnings(info: dict, cfg: Config, arrived: int) -> list[str]:
             out.append(f"{n:,} of {arrived:,} request(s) had their {side} length clipped to {where}{hint}")
         n = (info.get("clipped_to_context") or {}).get(side)
         if n:
+            kept = "; outputs are kept, prompts shortened" if side == "prompt" else ""
             out.append(f"{n:,} of {arrived:,} request(s) had their {side} length clipped to {cfg.model}'s context "
-                       "(workload.clip_to_context)")
+                       f"(workload.clip_to_context{kept})")
     return out

@@ -60,13 +60,23 @@ def _run(args):
     return run_shard(cfg, shard)
 
 
+def _quiet_worker() -> None:
+    """Ctrl-C is the parent's to handle and SIGTERM (the pool's terminate) ends a worker
+    silently: a forked worker would otherwise inherit the command line's handlers and print a
+    traceback each."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def run_sharded(cfg, workers: int, progress=None):
     """Run ``cfg`` over ``workers`` processes and merge their outputs."""
     why = shard_refusal(cfg)
     if why:
         raise ConfigError(why)
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    with ctx.Pool(workers) as pool:
+    with ctx.Pool(workers, initializer=_quiet_worker) as pool:
         parts = pool.map(_run, [(cfg, (w, workers)) for w in range(workers)])
     if progress is not None:
         progress.update(sum(len(p.requests) for p in parts))

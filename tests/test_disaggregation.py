@@ -82,3 +82,29 @@ def test_disaggregation_removes_prefill_interference_from_decode():
     assert dis["itl_s"]["p99"] < 0.5 * colo["itl_s"]["p99"]
     assert dis["tpot_s"]["p99"] < colo["tpot_s"]["p99"]
     assert dis["ttft_s"]["p50"] > colo["ttft_s"]["p50"]  # one prefill replica instead of three
+
+
+def test_prefill_replicas_never_decode_while_every_decode_replica_is_down():
+    """2 prefill + 2 decode replicas, both decode replicas down from 5 s to 15 s: the requests
+    they held and the transfers that land meanwhile wait for a decode replica (counted), none
+    is decoded by a prefill-only replica, every request completes, and nothing starts decoding
+    again before the restart."""
+    from sim.config import load_config
+    from sim.engine import Engine
+    from sim.metrics.records import requests_frame, steps_frame
+
+    cfg = tiny_config(cluster={"replicas": 4, "prefill_replicas": 2}, workload={
+        "rate": 10.0, "num_requests": 300, "prompt": {"kind": "uniform", "min": 16, "max": 400},
+        "output": {"kind": "fixed", "value": 200}},
+        faults={"events": [{"kind": "crash", "at_s": 5.0, "replica": r, "duration_s": 10.0} for r in (2, 3)]})
+    eng = Engine(load_config(cfg))
+    out = eng.run()
+    steps, req = steps_frame(out), requests_frame(out)
+    assert steps[steps.replica < 2].decode_tokens.sum() == 0
+    assert (req.status == "finished").all() and len(req) == 300
+    f = eng.dynamics.log
+    assert f.parked_for_decode > 0 and not eng.dynamics.parked_decode
+    down = steps[(steps.start_s >= 5.0) & (steps.start_s < 15.0)]
+    assert down.decode_tokens.sum() == 0  # nobody decodes while the decode pool is down
+    late = steps[(steps.replica >= 2) & (steps.start_s >= 15.0)]
+    assert late.prefill_tokens.sum() > 0  # the decode replicas recompute the parked requests' KV

@@ -168,14 +168,15 @@ def test_with_output_limit_is_replace():
 
 def test_output_limits_set_by_the_workload_or_by_the_engine_give_the_same_run(monkeypatch):
     """A synthetic workload hands out specs that carry their output limit (the context minus the
-    prompt); the engine sets the same limit on a spec without one. An Orca policy reserving the
-    limit, on a model with a short context (4,096 tokens), makes the limit matter: the rows are the
-    same either way."""
+    prompt, within the output distribution's bound: none here, a lognormal without max); the
+    engine sets the same limit on a spec without one. An Orca policy reserving the limit, on a
+    model with a short context (4,096 tokens), makes the limit matter: the rows are the same
+    either way."""
     import sim.workload as workload
 
+    wl = {**uniform_workload(40.0, 120, 4000, 300), "output": {"kind": "lognormal", "median": 300, "sigma": 1.0}}
     cfg = tiny_config(model="llama-2-7b", cluster={"replicas": 2}, kv={"num_gpu_blocks": 600},
-                      scheduler={"name": "orca", "reserve": "max_output_tokens"},
-                      workload=uniform_workload(40.0, 120, 4000, 300))
+                      scheduler={"name": "orca", "reserve": "max_output_tokens"}, workload=wl)
     with_limits = requests_frame(Engine(load_config(cfg)).run())
     plain = workload.synthetic_requests
     monkeypatch.setattr(workload, "synthetic_requests", lambda cfg, rng, info, max_context=None: plain(cfg, rng, info))

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from conftest import tiny_config
 from sim import simulate
 from sim.cli import main
-from sim.cluster.autoscale import FleetLog, decide, desired_replicas
+from sim.cluster.autoscale import Decision, FleetLog, decide, desired_replicas
 from sim.cluster.faults import FaultSchedule, scale_columns, scale_step
 from sim.config import Autoscale, FaultEvent, load_config
 from sim.engine import Engine
@@ -180,10 +180,16 @@ def test_scaled_columns_equal_scaled_steps():
 def test_autoscale_decision_is_ceil_of_outstanding_over_target():
     a = Autoscale(enabled=True, min_replicas=1, max_replicas=4, target_outstanding=10)
     assert [desired_replicas(n, a) for n in (0, 1, 10, 11, 35, 1000)] == [1, 1, 1, 2, 4, 4]
-    assert decide(25, 1, [], a) == (2, [])
-    assert decide(5, 3, [0, 2], a) == (0, [2, 0])
-    assert decide(5, 3, [1], a) == (0, [1])  # only idle replicas go
-    assert decide(15, 2, [0, 1], a) == (0, [])
+    assert decide(25, 1, [], a) == Decision(add=2)
+    assert decide(5, 3, [0, 2], a) == Decision(remove=(2, 0))
+    assert decide(5, 3, [1], a) == Decision(remove=(1,))  # nothing busy to drain
+    assert decide(15, 2, [0, 1], a) == Decision()
+    # too few idle: the busy ones with the fewest outstanding requests drain (ties: highest index)
+    assert decide(5, 4, [1], a, busy={0: 3, 2: 1, 3: 1}) == Decision(remove=(1,), drain=(3, 2))
+    # draining replicas count as leaving, and come back before any new one is provisioned
+    assert decide(5, 3, [], a, busy={0: 2}, draining=[1, 2]) == Decision()
+    assert decide(25, 3, [], a, busy={0: 9}, draining=[1, 2]) == Decision(undrain=(1, 2))
+    assert decide(35, 3, [], a, busy={0: 9}, draining=[2]) == Decision(add=1, undrain=(2,))
 
 
 def test_fleet_gpu_hours_count_provisioned_time_only():
@@ -221,6 +227,29 @@ def test_autoscaler_adds_replicas_after_cold_start_and_pays_for_them():
     assert res.summary["cost"]["gpu_hours"] == a["gpu_hours"] < 3 * res.summary["sim"]["simulated_s"] / 3600
     assert res.summary["cost"]["usd"] == pytest.approx(2.0 * a["gpu_hours"])
     assert series[-1]["gpu_hours"] == pytest.approx(a["gpu_hours"])
+
+
+def test_autoscaler_drains_busy_replicas_under_load():
+    """A balancing router keeps every replica busy, so none is ever idle and, without draining,
+    a fleet scaled up stays at its peak; draining brings it down while requests still arrive
+    (the router stops sending to a draining replica, which is released once empty and paid for
+    until then), without dropping a request."""
+    cfg = tiny_config(cluster={"replicas": 1, "router": "least_loaded", "autoscale": {
+        "enabled": True, "min_replicas": 1, "max_replicas": 6, "interval_s": 5, "target_outstanding": 2,
+        "cold_start_s": 30}}, workload={"rate": 25.0, "num_requests": 3000})
+    eng = Engine(load_config(cfg))
+    out = eng.run()
+    req = requests_frame(out)
+    assert (req.status == "finished").all() and len(req) == 3000
+    fleet = out.fleet
+    assert fleet.drained >= 1 and set(eng.dynamics.draining) == set()
+    sizes = [p for _, p, _ in fleet.series]
+    assert max(sizes) == 6 and min(sizes[sizes.index(6):]) < 6  # down from the peak while requests arrive
+    for idx, t_release in fleet.released.items():  # a released replica took no request after its release
+        assert not (req[req.replica == idx].arrival_s > t_release).any()
+    last = {i: req[req.replica == i].finish_s.max() for i in fleet.released}
+    for idx, t_release in fleet.released.items():  # and held none: it finished all it had
+        assert last[idx] != last[idx] or last[idx] <= t_release + 1e-9
 
 
 # ---------------------------------------------------------------------------------- invariants

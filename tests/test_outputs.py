@@ -84,8 +84,8 @@ def test_report_reads_a_capacity_folder_with_human_columns(tmp_path, capsys):
                  "--workers", "1", "--quiet", "--out", str(out)]) == 0
     assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
     html = (tmp_path / "rep" / "report.html").read_text()
-    assert "SLO capacity report" in html and "lowest failing rate (req/s)" in html and "TTFT p99 (s)" in html
-    assert "<th>ttft_p99_s</th>" not in html and 'class="wide"' in html and "overflow-x:auto" in html
+    assert "SLO capacity report" in html and "lowest failing rate (req/s)" in html and ">p99 TTFT</th>" in html
+    assert "ttft_p99_s</th>" not in html and 'class="wide"' in html and "overflow-x:auto" in html
     assert "DESIGN" not in html
 
 
@@ -95,7 +95,7 @@ def test_report_plan_table_has_human_names(tmp_path):
     d = Doc("t")
     d.table(["usd_per_million_output_tokens", "ttft_p99_s"], [[1.0, 2.0]])
     h = d.html()
-    assert "<th>$ / M output tokens</th>" in h and "<th>TTFT p99 (s)</th>" in h
+    assert '<th class="num">$ / M output tokens</th>' in h and '<th class="num">TTFT p99 (s)</th>' in h
 
 
 def test_coinciding_series_are_found():

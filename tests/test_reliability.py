@@ -115,8 +115,10 @@ def test_all_rejected_run_gives_a_well_formed_summary_and_table(capsys):
 def test_cli_all_rejected_run_exits_cleanly(tmp_path, capsys):
     rc = main(["run", "--model", "llama-2-7b", "--set", "workload.prompt.kind=fixed", "--set",
                "workload.prompt.value=5000", "--num-requests", "50", "--no-plots", "--out", str(tmp_path / "r")])
-    assert rc == 0
-    assert "exceeds_context 50" in capsys.readouterr().out
+    assert rc == 3  # nothing served: the results are written, and the exit status says so
+    cap = capsys.readouterr()
+    assert "exceeds_context 50" in cap.out
+    assert "every request was rejected" in cap.err and "workload.clip_to_context=true" in cap.err
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["requests"]["rejected_by_reason"] == {
         "exceeds_context": 50}
 
@@ -165,7 +167,14 @@ def test_clip_to_context_is_counted_separately():
         res = simulate(cfg)
     wl = res.summary["workload"]
     assert wl["clipped"] == {"prompt": 0, "output": 0}
-    assert wl["clipped_to_context"] == {"prompt": 4, "output": 4}  # prompt ctx - 1, output 1
+    assert wl["clipped_to_context"] == {"prompt": 4, "output": 0}  # the output kept, the prompt shortened
+    assert (res.requests.output_tokens == 7).all() and (res.requests.prompt_tokens == ctx - 7).all()
+    huge = tiny_config(model="llama-2-7b", workload={"num_requests": 2, "clip_to_context": True,
+                                                     "prompt": {"kind": "fixed", "value": 10},
+                                                     "output": {"kind": "fixed", "value": ctx + 5, "max": ctx + 5}})
+    with pytest.warns(ServesimWarning, match="clipped to llama-2-7b's context"):
+        r = simulate(huge).requests
+    assert (r.prompt_tokens == 1).all() and (r.output_tokens == ctx - 1).all()  # only an output past the context is cut
 
 
 def test_lognormal_truncation_is_counted_but_warns_only_past_one_percent(recwarn):

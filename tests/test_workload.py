@@ -112,11 +112,14 @@ def test_duration_cap():
                                 {"tenants": [TenantConfig(name="a", rate=2.0), TenantConfig(name="b", rate=1.0)]}])
 def test_synthetic_requests_carry_the_engines_output_limit(kw):
     """Each synthetic request's max_output_tokens is the context minus its prompt, at least 1 (the
-    limit the engine gives a request without one); with clip_to_context the engine sets it."""
+    limit the engine gives a request without one), within the output distribution's bound (9
+    here: what a client that knows its workload sends as max_tokens); with clip_to_context the
+    engine sets it."""
     lengths = dict(prompt=LengthDist(kind="uniform", min=1, max=900), output=LengthDist(kind="uniform", min=1, max=9))
     wl = WorkloadConfig(rate=5.0, num_requests=200, **lengths, **kw)
     r = list(build_workload(wl, max_context=600, rng=np.random.default_rng(4)))
-    assert [x.max_output_tokens for x in r] == [max(1, 600 - x.prompt_tokens) for x in r]
+    assert [x.max_output_tokens for x in r] == [max(1, min(9, 600 - x.prompt_tokens)) for x in r]
+    assert any(x.max_output_tokens == 9 for x in r)
     assert any(x.max_output_tokens == 1 for x in r)  # prompts past the context: the floor
     clip = WorkloadConfig(rate=5.0, num_requests=200, clip_to_context=True, **lengths, **kw)
     assert all(x.max_output_tokens is None for x in build_workload(clip, max_context=600, rng=np.random.default_rng(4)))

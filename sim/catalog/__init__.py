@@ -73,6 +73,7 @@ class ModelCard:
     sliding_window_layers: int | None = None
 
     def __post_init__(self):
+        self._check_shape()
         if self.attention_kind not in ("gqa", "mla"):
             raise CatalogError(f"{self.id}: attention_kind must be gqa or mla, not {self.attention_kind!r}")
         if self.attention_kind == "mla":
@@ -84,6 +85,28 @@ class ModelCard:
             raise CatalogError(f"{self.id}: first_dense_layers is only meaningful for MoE models")
         if not 0 <= self.first_dense_layers <= self.num_layers:
             raise CatalogError(f"{self.id}: first_dense_layers must lie in [0, num_layers]")
+
+    def _check_shape(self) -> None:
+        """Sizes are whole numbers of at least 1 (0 layers or heads would divide by zero; 4096.7
+        or ``true`` is a typo), attention heads split evenly into KV-head groups, and an MoE
+        routes each token to between 1 and all of its experts."""
+        sizes = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
+                 "intermediate_size", "vocab_size", "max_context")
+        least_of = {**dict.fromkeys(sizes, 1), "num_experts": 0, "experts_top_k": 0}
+        if self.sliding_window is not None:
+            least_of["sliding_window"] = 1
+        for name, least in least_of.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise CatalogError(f"{self.id}: {name} must be a whole number, got {v!r}")
+            if v < least:
+                raise CatalogError(f"{self.id}: {name} must be at least {least}, got {v}")
+        if self.attention_kind == "gqa" and self.num_attention_heads % self.num_kv_heads:
+            raise CatalogError(f"{self.id}: {self.num_attention_heads} attention heads do not split into "
+                               f"groups over {self.num_kv_heads} KV heads (heads must be a multiple of KV heads)")
+        if self.num_experts and not 1 <= self.experts_top_k <= self.num_experts:
+            raise CatalogError(f"{self.id}: experts_top_k ({self.experts_top_k}) must lie in 1..num_experts "
+                               f"({self.num_experts})")
 
     @property
     def is_moe(self) -> bool:
@@ -352,6 +375,8 @@ def _lookup(kind: str, key: str | ModelCard | HardwareCard):
         if not Path(key).is_file():
             raise CatalogError(f"model config file {key} does not exist")
         return _hf_card(str(Path(key).resolve()))
+    if kind == "models" and (Path(key) / "config.json").is_file():  # a Hugging Face checkout
+        return _hf_card(str((Path(key) / "config.json").resolve()))
     if key.endswith((".yaml", ".yml")):  # a user's own card, by path
         path = Path(key)
         if not path.is_file():
@@ -369,7 +394,8 @@ def _lookup(kind: str, key: str | ModelCard | HardwareCard):
     close_ids = sorted({names[c].id for c in close})
     hint = f"; did you mean {', '.join(close_ids)}?" if close_ids else ""
     singular = kind[:-1] if kind.endswith("s") else kind
-    raise CatalogError(f"unknown {singular} {key!r}{hint} (known: {', '.join(sorted(cards))})")
+    own = "; or give a Hugging Face config.json (or the folder holding it), or a card .yaml" if kind == "models" else ""
+    raise CatalogError(f"unknown {singular} {key!r}{hint} (known: {', '.join(sorted(cards))}){own}")
 
 
 def get_model(key: str | ModelCard) -> ModelCard:

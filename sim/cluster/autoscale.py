@@ -4,10 +4,15 @@ Policy, after the Kubernetes Horizontal Pod Autoscaler ("Horizontal Pod Autoscal
 details: desired = ceil(current replicas x current metric / target metric)) with the metric an
 average of outstanding requests per replica, which makes desired = ceil(total outstanding /
 target), clamped to [min_replicas, max_replicas]. Every ``interval_s`` the engine asks
-``decide``; new replicas serve after ``cold_start_s`` (provisioned and paid for meanwhile);
-removal takes only idle serving replicas (no request waiting or running), highest index first,
-so no request is ever dropped by a scale-down. Departures from the HPA: no tolerance band and no
-stabilisation window (a decision acts at once); the metric is exact, not scraped.
+``decide``; new replicas serve after ``cold_start_s`` (provisioned and paid for meanwhile).
+Scaling down releases idle serving replicas at once (highest index first); when too few are
+idle (a balancing router keeps every replica busy under load) it *drains* busy ones, the fewest
+outstanding requests first: the router stops sending them requests, they finish what they hold
+and are released at the first decision that finds them empty, paid for until then (Kubernetes
+ends a pod the same way: removed from the Service's endpoints, then terminated after its grace
+period). A draining replica returns to service, without a cold start, when the fleet must grow
+again. No request is ever dropped by a scale-down. Departures from the HPA: no tolerance band
+and no stabilisation window (a decision acts at once); the metric is exact, not scraped.
 """
 from __future__ import annotations
 
@@ -21,16 +26,31 @@ def desired_replicas(outstanding: int, cfg) -> int:
     return max(cfg.min_replicas, min(cfg.max_replicas, want))
 
 
-def decide(outstanding: int, provisioned: int, idle: list[int], cfg) -> tuple[int, list[int]]:
-    """(replicas to add, indices of idle serving replicas to remove). ``provisioned`` counts
-    every replica paid for (serving, warming up or restarting after a crash); ``idle`` lists the
-    serving replicas without a request."""
+@dataclass(frozen=True)
+class Decision:
+    add: int = 0  # replicas to provision
+    remove: tuple = ()  # idle serving replicas to release now
+    drain: tuple = ()  # busy serving replicas to stop routing to (released once empty)
+    undrain: tuple = ()  # draining replicas to route to again
+
+
+def decide(outstanding: int, provisioned: int, idle: list[int], cfg, busy: dict[int, int] | None = None,
+           draining: list[int] = ()) -> Decision:
+    """What to do to reach ``desired_replicas``. ``provisioned`` counts every replica paid for
+    (serving, warming up, restarting after a crash, or draining); ``idle`` lists the serving
+    replicas without a request, ``busy`` the others with their outstanding requests,
+    ``draining`` those already draining (they count as leaving)."""
     want = desired_replicas(outstanding, cfg)
-    if want > provisioned:
-        return want - provisioned, []
-    if want < provisioned:
-        return 0, sorted(idle, reverse=True)[: provisioned - want]
-    return 0, []
+    staying = provisioned - len(draining)
+    if want > staying:
+        back = tuple(sorted(draining)[: want - staying])
+        return Decision(add=want - staying - len(back), undrain=back)
+    if want < staying:
+        excess = staying - want
+        remove = tuple(sorted(idle, reverse=True)[:excess])
+        order = sorted((busy or {}).items(), key=lambda kv: (kv[1], -kv[0]))  # fewest outstanding, then highest index
+        return Decision(remove=remove, drain=tuple(i for i, _ in order[: excess - len(remove)]))
+    return Decision()
 
 
 @dataclass
@@ -41,6 +61,7 @@ class FleetLog:
     provisioned: dict = field(default_factory=dict)  # replica -> provisioning time
     released: dict = field(default_factory=dict)  # replica -> release time
     series: list = field(default_factory=list)  # (time, provisioned, serving) after each change
+    drained: int = 0  # replicas released after draining (the others were idle when released)
 
     def record(self, t: float, provisioned: int, serving: int) -> None:
         if self.series and self.series[-1][0] == t:

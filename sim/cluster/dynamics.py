@@ -32,6 +32,8 @@ class PoolDynamics:
         self.scaling = cfg.cluster.autoscale
         self.fleet = FleetLog(cfg.parallelism.tp * cfg.parallelism.pp) if self.scaling.enabled else None
         self.parked: deque = deque()  # requests waiting for any replica to serve
+        self.parked_decode: deque = deque()  # disaggregation: decoding requests waiting for a decode replica
+        self.draining: set[int] = set()  # replicas the router skips until they are empty (then released)
 
     def start(self) -> None:
         """Start the processes: scheduled faults, then the autoscaler (in one process: sim.shards
@@ -50,9 +52,10 @@ class PoolDynamics:
         decode run that ended before stand) and the requests it held are re-queued through the
         router or lost (``faults.on_crash``); False if it was not serving."""
         eng = self.eng
-        if not rep.up:
+        if not rep.up and rep.idx not in self.draining:
             self.log.skipped += 1
             return False
+        self.draining.discard(rep.idx)  # its requests go elsewhere now; it restarts as any replica
         rep.up = False
         self.log.applied.append((now, "crash", rep.idx))
         if rep.run is not None:  # a decode run in flight: the steps that ended before the crash count
@@ -92,11 +95,32 @@ class PoolDynamics:
         parked, self.parked = self.parked, deque()
         for r in parked:
             eng._dispatch(r)
+        if rep.role == "decode":
+            waiting, self.parked_decode = self.parked_decode, deque()
+            for r in waiting:
+                self.to_decode(r)
 
     def requeue(self, r) -> None:
-        """``r`` (its KV lost with a crashed replica or a failed transfer) goes through the router again."""
+        """``r`` (its KV lost with a crashed replica or a failed transfer) goes through the router
+        again; under disaggregation a request past its first token goes to a decode replica
+        instead (``to_decode``), never back to the prefill-only pool."""
         self.log.requeued += 1
+        if self.eng.disagg is not None and r.first_token_s is not None:
+            return self.to_decode(r)
         self.eng._dispatch(r)
+
+    def to_decode(self, r) -> None:
+        """Disaggregation: ``r`` already has its first token and no KV. It joins the least loaded
+        serving decode replica, which recomputes its prompt and tokens so far (as after a
+        recompute preemption); while every decode replica is down it is parked until one
+        restarts (counted: ``faults.parked_for_decode``), so prefill replicas never decode."""
+        pool = [d for d in self.eng.disagg.decode_pool if d.up]
+        if not pool:
+            self.log.parked_for_decode += 1
+            self.parked_decode.append(r)
+            return
+        dst = min(pool, key=lambda d: (len(d.scheduler.waiting) + len(d.scheduler.running), d.idx))
+        self.eng._place(r, dst)
 
     def lose(self, r, reason: str) -> None:
         """A fault took ``r``: it ends unserved, with the reason (``code: detail``)."""
@@ -108,12 +132,15 @@ class PoolDynamics:
         """At the end of the run: the requests still parked (no replica ever served again) are lost."""
         for r in self.parked:
             self.lose(r, "no_replica: no replica served after it was parked")
+        for r in self.parked_decode:
+            self.lose(r, "no_decode_replica: no decode replica served again after it was parked")
         self.parked.clear()
+        self.parked_decode.clear()
 
     def record_fleet(self, now: float) -> None:
         if self.fleet is not None:
             live = [r for r in self.eng.replicas if not r.retired]
-            self.fleet.record(now, len(live), sum(r.up for r in live))
+            self.fleet.record(now, len(live), sum(r.up or r.idx in self.draining for r in live))
 
     # ------------------------------------------------------------------ processes
     def faults(self):
@@ -144,15 +171,25 @@ class PoolDynamics:
             yield env.timeout(a.interval_s)
             if eng.end_s is not None:
                 return
+            drained = [i for i in sorted(self.draining) if not eng.replicas[i].scheduler.has_work()]
+            for idx in drained:  # emptied since the last decision: released now (paid until now)
+                self.draining.discard(idx)
+                self.fleet.drained += 1
+                self._release(eng.replicas[idx], env.now)
             live = [r for r in eng.replicas if not r.retired]
             idle = [r.idx for r in live if r.up and not r.scheduler.has_work()]
-            add, remove = decide(len(eng.by_id), len(live), idle, a)
-            for idx in remove:
-                rep = eng.replicas[idx]
-                rep.retired, rep.up = True, False
-                self.fleet.released[idx] = env.now
-                if rep.proc is not None and rep.proc.is_alive:
-                    rep.proc.interrupt("retired")
+            busy = {r.idx: len(r.scheduler.waiting) + len(r.scheduler.running) for r in live
+                    if r.up and r.scheduler.has_work()}
+            d = decide(len(eng.by_id), len(live), idle, a, busy, sorted(self.draining))
+            for idx in d.remove:
+                self._release(eng.replicas[idx], env.now)
+            for idx in d.drain:  # the router skips it (not up); it finishes what it holds
+                eng.replicas[idx].up = False
+                self.draining.add(idx)
+            for idx in d.undrain:
+                eng.replicas[idx].up = True
+                self.draining.discard(idx)
+            add = d.add
             for _ in range(add):
                 rep = eng._new_replica(len(eng.replicas))
                 rep.up = False
@@ -160,8 +197,15 @@ class PoolDynamics:
                 eng.own.add(rep.idx)
                 self.fleet.provisioned[rep.idx] = env.now
                 env.process(self._cold_start(rep, a.cold_start_s))
-            if add or remove:
+            if add or d.remove or d.drain or d.undrain or drained:
                 self.record_fleet(env.now)
+
+    def _release(self, rep, now: float) -> None:
+        """The autoscaler lets ``rep`` go (it holds no request): no longer paid for."""
+        rep.retired, rep.up = True, False
+        self.fleet.released[rep.idx] = now
+        if rep.proc is not None and rep.proc.is_alive:
+            rep.proc.interrupt("retired")
 
     def _cold_start(self, rep, seconds: float):
         yield self.eng.env.timeout(seconds)

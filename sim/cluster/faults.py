@@ -159,6 +159,7 @@ class FaultLog:
     applied: list = field(default_factory=list)  # (time, kind, replica) in the order applied
     skipped: int = 0  # crashes of a replica already down or retired
     requeued: int = 0  # re-queue operations (a request re-queued twice counts twice)
+    parked_for_decode: int = 0  # disaggregation: decoding requests parked while every decode replica was down
     lost: dict = field(default_factory=dict)  # reason code -> requests
 
     def lose(self, code: str) -> None:
@@ -174,5 +175,6 @@ class FaultLog:
                 by_kind[w.kind] = by_kind.get(w.kind, 0) + 1
         return {"on_crash": self.on_crash, "events_applied": sum(by_kind.values()),
                 "by_kind": dict(sorted(by_kind.items())), "skipped": self.skipped,
-                "requeued": self.requeued, "lost": sum(self.lost.values()), "lost_reasons": dict(sorted(self.lost.items())),
+                "requeued": self.requeued, "parked_for_decode": self.parked_for_decode,
+                "lost": sum(self.lost.values()), "lost_reasons": dict(sorted(self.lost.items())),
                 "timeline": [{"t_s": t, "event": k, "replica": r} for t, k, r in self.applied]}

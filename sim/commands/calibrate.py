@@ -13,20 +13,20 @@ def register(sub) -> None:
     p = sub.add_parser("fit", help="fit profile CSVs into the tables the simulator loads (numpy only)",
                        description="Fit profile CSVs into tables, held-out points and roofline factors.")
     fit_args(p)
-    p.set_defaults(func=run_fit)
+    p.set_defaults(func=run_fit, out_is_root=True)
     from calibration.validate import add_arguments as val_args
 
     v = sub.add_parser("validate", help="validate fitted tables: held-out kernels and a real replay (needs torch)",
                        description="Held-out kernel error and a real PyTorch replay of simulated step plans.")
     val_args(v)
-    v.set_defaults(func=run_validate)
+    v.set_defaults(func=run_validate, out_is_root=True)
     from calibration.engine import add_arguments as engine_args
 
     e = sub.add_parser("calibrate-engine", help="fit your engine's host overhead (per step, sequence, context token) "
                        "from its measured times", description="Fit the host overhead of your own engine from its "
                        "static-batch times or vllm bench serve results, on some rows, and report the error on the rest.")
     engine_args(e)
-    e.set_defaults(func=run_engine)
+    e.set_defaults(func=run_engine, out_is_root=True)
 
 
 def run_fit(args) -> int:

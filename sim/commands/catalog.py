@@ -5,12 +5,34 @@ from __future__ import annotations
 def register(sub) -> None:
     p = sub.add_parser("catalog", help="list model and hardware cards")
     p.add_argument("kind", nargs="?", choices=["models", "hardware"], help="only this kind")
+    p.add_argument("--json", action="store_true", help="print the cards as JSON (every field, derived counts added)")
     p.set_defaults(func=run)
+
+
+def as_json(kind: str | None) -> dict:
+    """The cards as plain data: every field of each card, plus a model's derived parameter and
+    KV-cache figures."""
+    from dataclasses import asdict
+
+    from sim.catalog import list_hardware, list_models
+
+    out = {}
+    if kind in (None, "models"):
+        out["models"] = [{**asdict(m), "total_params": m.total_params, "active_params": m.active_params,
+                          "kv_bytes_per_token_bf16": m.kv_bytes_per_token()} for m in list_models()]
+    if kind in (None, "hardware"):
+        out["hardware"] = [asdict(h) for h in list_hardware()]
+    return out
 
 
 def run(args) -> int:
     from sim.catalog import list_hardware, list_models
 
+    if args.json:
+        import json
+
+        print(json.dumps(as_json(args.kind), indent=2))
+        return 0
     if args.kind in (None, "models"):
         print(f"{'model':<17}{'params':>9}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'context':>9}  {'KV/token bf16':>14}  notes")
         for m in list_models():

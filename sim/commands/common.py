@@ -12,12 +12,23 @@ def add_set_arg(p, help_: str = "override any config key by its dotted path (rep
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=help_)
 
 
+def choices(key: str) -> str:
+    """The registered names a config key takes (schedulers, routers), for a flag's help."""
+    if key == "scheduler.name":
+        from sim.scheduler import REGISTRY as names
+    elif key == "cluster.router":
+        from sim.cluster import ROUTERS as names
+    else:
+        return ""
+    return f": {', '.join(sorted(names))}"
+
+
 def add_config_args(p, shortcuts) -> None:
-    """``--set`` plus one flag per shortcut."""
+    """``--set`` plus one flag per shortcut (a scheduler or router flag lists the names it takes)."""
     add_set_arg(p)
     for flag, key, typ, help_ in shortcuts:
         p.add_argument(flag, dest=key.replace(".", "__"), type=typ, metavar=flag.lstrip("-").replace("-", "_").upper(),
-                       help=f"{help_} (= --set {key}=...)")
+                       help=f"{help_}{choices(key)} (= --set {key}=...)")
 
 
 def shortcut_sets(args, shortcuts, rename=None) -> list[str]:

@@ -14,7 +14,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("profile", help="profile kernels (GEMM, attention, ...) into calibration profiles; needs torch")
     add_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, out_is_root=True)
 
 
 def run(args) -> int:

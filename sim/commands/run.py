@@ -14,11 +14,16 @@ SHORTCUTS = [
     ("--framework-version", "cost.framework_version", str, "framework version in the kernel database (default newest)"),
     ("--replicas", "cluster.replicas", positive_int, "identical replicas"),
     ("--scheduler", "scheduler.name", str, "scheduling policy"),
+    ("--router", "cluster.router", str, "router across replicas"),
     ("--rate", "workload.rate", positive_float, "arrival rate (req/s); with --trace, rescales the trace to it"),
     ("--num-requests", "workload.num_requests", positive_int, "requests to simulate (with --trace: its first N rows)"),
     ("--seed", "seed", nonneg_int, "random seed"),
     ("--workers", "engine.workers", positive_int, "processes for replicas that share no state (round robin)"),
 ]
+
+
+EXIT_ALL_REJECTED = 3
+"""Exit status of a run that served nothing because every request was rejected (results written)."""
 
 
 def register(sub) -> None:
@@ -47,13 +52,24 @@ def run(args) -> int:
     from sim.api import simulate
     from sim.commands.table import print_summary
 
+    from pathlib import Path
+
+    replaced = (Path(args.out) / "summary.json").exists()
     res = simulate(args.config, overrides=overrides_from_args(args), out=args.out,
                    plots=False if args.no_plots else None, progress=False if args.quiet else None)
     if not args.quiet:
         print_summary(res.summary, res.config)
-        from pathlib import Path
-
         names = [n for n in ("summary.json", "requests.parquet", "steps.parquet", "fleet.parquet", "config.yaml", "plots/")
                  if (Path(args.out) / n.rstrip("/")).exists()]
-        print(f"results written to {args.out}/ ({', '.join(names)})")
+        again = ", replacing the previous run there" if replaced else ""
+        print(f"results written to {args.out}/ ({', '.join(names)}{again})")
+    r = res.summary["requests"]
+    if r["arrived"] and r["rejected"] == r["arrived"]:
+        import sys
+
+        from sim.commands.table import rejection_hints
+
+        why = "; ".join(rejection_hints(res.summary, res.config)) or ", ".join(sorted(r.get("rejected_by_reason") or {}))
+        print(f"servesim: error: every request was rejected, nothing was served ({why})", file=sys.stderr)
+        return EXIT_ALL_REJECTED
     return 0

@@ -103,7 +103,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("ab", help="paired A/B comparison with confidence intervals", formatter_class=F,
                        description="Run variants A and B on the same workloads (same seed per pair) and report the mean "
-                                   "difference per metric with a 95%% paired-t confidence interval. A trace replays the "
+                                   "difference per metric with a 95% paired-t confidence interval. A trace replays the "
                                    "same requests whatever the seed: without --resample, A/B runs it once and says it "
                                    "cannot test.")
     p.add_argument("config", nargs="?", help="YAML config (default: the embedded default)")

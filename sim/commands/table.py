@@ -19,7 +19,8 @@ def duration(v: float | None) -> str:
         if abs(v) < below:
             x = v / scale
             digits = 1 if unit == "ms" else 2 if abs(x) < 100 else 1 if abs(x) < 1000 else 0
-            return f"{x:,.{digits}f} {unit}"
+            text = f"{x:,.{digits}f} {unit}"
+            return text if len(text) < COL else f"{x:.3g} {unit}"
 
 
 def _by_reason(reasons: dict) -> str:
@@ -40,22 +41,92 @@ def cost_line(s: dict) -> str:
     return s["sim"]["cost_model"]
 
 
+def model_label(model: str) -> str:
+    """A run's model as people name it: the catalog id, or for a config.json or card file the
+    model it describes (``acme/Tiny-2L (from models/tiny/config.json)``)."""
+    from pathlib import Path
+
+    from sim.catalog import get_model
+
+    if not (model.endswith((".json", ".yaml", ".yml")) or Path(model).is_dir()):
+        return model
+    return f"{get_model(model).name} (from {model})"
+
+
+def fleet_label(cfg) -> str:
+    """``4 x 1 h100-sxm``, with the prefill/decode split of a disaggregated fleet."""
+    c, gpus = cfg.cluster, cfg.parallelism.tp * cfg.parallelism.pp
+    split = f" ({c.prefill_replicas} prefill + {c.replicas - c.prefill_replicas} decode)" if c.prefill_replicas else ""
+    return f"{c.replicas} x {gpus} {cfg.hardware}{split}"
+
+
+def rejection_hints(s: dict, cfg) -> list[str]:
+    """For each rejection code of the run, the knob behind it and what to change."""
+    from sim.catalog import get_model
+
+    codes = (s["requests"].get("rejected_by_reason") or {})
+    knobs = cfg.scheduler.knobs()
+    out = []
+    if "exceeds_token_budget" in codes:
+        budget = getattr(knobs, "max_num_batched_tokens", None)
+        out.append(f"exceeds_token_budget: these prompts are longer than scheduler.max_num_batched_tokens ({budget:,}), "
+                   f"and {cfg.scheduler.name} runs a prompt in one step: raise it (--set "
+                   "scheduler.max_num_batched_tokens=N) or use a chunked-prefill scheduler (vllm_v1, sarathi)")
+    if "exceeds_context" in codes:
+        out.append(f"exceeds_context: prompt + output exceed {get_model(cfg.model).max_context:,} tokens, the model's "
+                   "context: shorten the lengths or set workload.clip_to_context=true")
+    if "exceeds_kv_capacity" in codes:
+        out.append("exceeds_kv_capacity: one request needs more KV blocks than a replica holds: raise parallelism.tp or "
+                   "kv.gpu_memory_utilization, or choose a GPU with more memory")
+    return out
+
+
+def reservation_line(cfg) -> str | None:
+    """What a reservation policy (orca; trtllm's GUARANTEED_NO_EVICT) reserved per request on
+    admission: the prompt plus the request's output limit (None for the other policies)."""
+    name, k = cfg.scheduler.name, cfg.scheduler.knobs()
+    if name == "orca" and k.reserve == "context":
+        return "reservation (orca): each request reserves the model's whole context (scheduler.reserve=context)"
+    if not (name == "orca" or (name == "trtllm" and k.capacity_scheduler_policy == "GUARANTEED_NO_EVICT"
+                                and not k.max_tokens_oracle)):
+        return None
+    wl = cfg.workload
+    if wl.trace is not None:
+        what = "the trace's max_output_tokens where it gives one, else the context minus the prompt"
+    elif wl.tenants:
+        what = "each tenant's output bound (its distribution's max), within the context"
+    else:
+        from sim.workload.synthetic import output_bound
+
+        bound = output_bound(wl.output, {})
+        what = (f"at most {bound:,} (workload.output's bound)" if bound is not None
+                else "the context minus the prompt (workload.output has no max)")
+    return f"reservation ({name}): each request reserves its prompt + its output limit: {what}"
+
+
 def print_summary(s: dict, cfg) -> None:
     r = s["requests"]
-    print(f"\n{cfg.model} | {cfg.cluster.replicas} x {cfg.parallelism.tp * cfg.parallelism.pp} {cfg.hardware} "
+    print(f"\n{model_label(cfg.model)} | {fleet_label(cfg)} "
           f"(tp={cfg.parallelism.tp}, pp={cfg.parallelism.pp}) | scheduler {cfg.scheduler.name} | "
           f"cost model {cost_line(s)}")
     print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected"
           f"{_by_reason(r.get('rejected_by_reason') or {})}, {r['preemptions']:,} preemptions"
           + (f", {r['lost']:,} lost" if r.get("lost") else ""))
+    for hint in rejection_hints(s, cfg):
+        print(f"  {hint}")
     f = s.get("faults")
     if f:
         kinds = ", ".join(f"{v} {k}" for k, v in f["by_kind"].items()) or "none reached"
-        print(f"faults: {kinds} | {f['requeued']:,} re-queued, {f['lost']:,} lost ({f['on_crash']} on crash)")
+        parked = f"{f['parked_for_decode']:,} parked for a decode replica, " if f.get("parked_for_decode") else ""
+        print(f"faults: {kinds} | {f['requeued']:,} re-queued, {parked}{f['lost']:,} lost ({f['on_crash']} on crash)")
     a = s.get("autoscale")
     if a:
-        print(f"autoscale: {a['replicas_started']} replicas started, peak {a['peak_provisioned']} provisioned, "
+        print(f"autoscale: {a['replicas_started']} replicas started, {a.get('replicas_drained', 0)} drained, "
+              f"peak {a['peak_provisioned']} provisioned, "
               f"{a['gpu_hours']:.3f} GPU-hours while provisioned")
+    reserved = reservation_line(cfg)
+    if reserved:
+        print(reserved)
     wl = s.get("workload") or {}
     for key, what in (("clipped", "to their length distributions' bounds"), ("clipped_to_context", "to the context")):
         clip = wl.get(key)

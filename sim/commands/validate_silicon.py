@@ -14,7 +14,10 @@ FRONTEND_MS = 20.0  # fitted on rows outside the README sample: docs/kernel_data
 
 
 def _csv_list(s: str) -> list[str]:
-    return [x.strip() for x in s.split(",") if x.strip()]
+    items = [x.strip() for x in s.split(",") if x.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {s!r}")
+    return items
 
 
 def register(sub) -> None:

@@ -102,7 +102,7 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
         df = df[df["model"].isin(models) | df["model_path"].isin(models)]
     keep = []
     for i, r in df.iterrows():
-        if r["model"] is None:
+        if not isinstance(r["model"], str):  # None, or NaN once pandas has seen no id at all
             skipped[f"model not in the catalog ({r['model_path']})"] += 1
         elif r["hardware"] is None or (isinstance(r["hardware"], float) and math.isnan(r["hardware"])):
             skipped[f"system not in the catalog ({r['system']})"] += 1

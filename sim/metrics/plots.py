@@ -9,6 +9,13 @@ import pandas as pd
 from sim.types import COMPONENTS
 
 
+COMPONENT_NAMES = {"gemm": "matrix multiplies (GEMM)", "attn_prefill": "attention, prefill",
+                   "attn_decode": "attention, decode", "comm": "GPU-to-GPU communication",
+                   "other_gpu": "other GPU work (norms, activations, sampling)", "cpu": "CPU overhead (scheduling, launch)",
+                   "swap": "KV swap over the host link"}
+"""The step-time components (``sim.types.COMPONENTS``) in words, for figures."""
+
+
 def _plt():
     import matplotlib
 
@@ -135,7 +142,7 @@ def plot_run(req: pd.DataFrame, steps: pd.DataFrame, out_dir: str | Path, title:
     fig, ax = plt.subplots(figsize=(7, 3.8))
     tot = [float(steps[f"t_{c}_s"].sum()) for c in COMPONENTS]
     allt = sum(tot) or 1.0
-    ax.barh(list(COMPONENTS), [100 * t / allt for t in tot], color="#4477aa")
+    ax.barh([COMPONENT_NAMES[c] for c in COMPONENTS], [100 * t / allt for t in tot], color="#4477aa")
     for i, t in enumerate(tot):
         ax.text(100 * t / allt + 0.5, i, f"{t:.1f} s", va="center", fontsize=8)
     ax.set_xlabel("share of busy GPU time (%)")

@@ -377,6 +377,7 @@ def autoscale_block(fleet, end_s: float, price: float | None) -> dict:
     rows = fleet.frame_rows(end_s)
     return {"gpu_hours": fleet.gpu_hours(end_s), "usd": None if price is None else fleet.gpu_hours(end_s) * price,
             "peak_provisioned": max(p for _, p, _, _ in rows), "replicas_started": len(fleet.provisioned),
+            "replicas_drained": fleet.drained,
             "series": [{"t_s": t, "provisioned": p, "serving": s, "gpu_hours": g,
                         "usd": None if price is None else g * price} for t, p, s, g in rows]}
 

@@ -41,7 +41,7 @@ METRICS = [
     (("throughput", "output_tokens_per_s"), "output throughput", 1.0, "tok/s", False),
     (("goodput", "requests_per_s"), "goodput", 1.0, "req/s", False),
     (("goodput", "slo_attainment"), "SLO attainment", 100.0, "pp", False),
-    (("cost", "usd_per_million_output_tokens"), "$ per million output tokens", 1.0, "$", True),
+    (("cost", "usd_per_million_output_tokens"), "cost per million output tokens", 1.0, "$", True),
 ]
 
 
@@ -187,20 +187,28 @@ def cannot_test(blind: str | None, summaries: list[dict], runs: int) -> str | No
     return None
 
 
-def ab_markdown(r: dict) -> str:
+AB_HEADER = ["metric", "A", "B", "B - A", "95% CI", "relative [95% CI]", "p", "verdict"]
+
+
+def ab_intro(r: dict) -> list[str]:
+    """The paragraphs above the A/B table: what was paired and tested (or why nothing could be
+    tested), and the failed runs."""
     t = r.get("test") or {}
-    lines = [f"# A/B: {' '.join(r['b'])} (B) against {' '.join(r['a'])} (A)", ""]
     if t.get("can_test", True):
-        lines += [f"Paired on {len(r['paired_seeds'])} seeds {r['paired_seeds']} (same requests per seed; "
-                  f"{t.get('resampling', '')}): {t.get('independent_runs', len(r['paired_seeds']))} independent runs. "
-                  f"Effect = B - A (and relative to A); test: {t.get('name', TEST_NAME)}.", ""]
+        out = [f"Paired on {len(r['paired_seeds'])} seeds {r['paired_seeds']} (same requests per seed; "
+               f"{t.get('resampling', '')}): {t.get('independent_runs', len(r['paired_seeds']))} independent runs. "
+               f"Effect = B - A (and relative to A); test: {t.get('name', TEST_NAME)}."]
     else:
-        lines += [f"**{t['why_not'][0].upper() + t['why_not'][1:]}.** Differences below are of "
-                  f"{len(r['paired_seeds'])} paired run(s), without an interval.", ""]
+        out = [f"**{t['why_not'][0].upper() + t['why_not'][1:]}.** Differences below are of "
+               f"{len(r['paired_seeds'])} paired run(s), without an interval."]
     if r["failed"]:
-        lines += ["Failed runs: " + "; ".join(r["failed"]), ""]
-    lines += ["| metric | A | B | B - A | 95% CI | relative [95% CI] | p | verdict |",
-              "|---|---:|---:|---:|---|---|---:|---|"]
+        out.append("Failed runs: " + "; ".join(r["failed"]))
+    return out
+
+
+def ab_rows(r: dict) -> list[list[str]]:
+    """The A/B table's rows (cells as text), one per metric, columns ``AB_HEADER``."""
+    rows = []
     for m in r["metrics"]:
         sc = m["scale"]
         ci = "-" if m["lo"] is None else f"[{_num(m['lo'] * sc)}, {_num(m['hi'] * sc)}]"
@@ -209,6 +217,19 @@ def ab_markdown(r: dict) -> str:
         rtext = "-" if rel.get("mean_diff") is None else f"{100 * rel['mean_diff']:+.1f}%" + (
             "" if rel.get("lo") is None else f" [{100 * rel['lo']:+.1f}%, {100 * rel['hi']:+.1f}%]")
         p = "-" if m.get("p_value") is None else f"{m['p_value']:.2g}"
-        lines.append(f"| {m['label']} ({m['unit']}) | {_num(m['mean_a'] * sc)} | {_num(m['mean_b'] * sc)} | "
-                     f"{sign}{_num(m['mean_diff'] * sc)} | {ci} | {rtext} | {p} | {m['verdict']} |")
+        rows.append([f"{m['label']} ({m['unit']})", _num(m["mean_a"] * sc), _num(m["mean_b"] * sc),
+                     f"{sign}{_num(m['mean_diff'] * sc)}", ci, rtext, p, m["verdict"]])
+    return rows
+
+
+def ab_title(r: dict) -> str:
+    return f"A/B: {' '.join(r['b'])} (B) against {' '.join(r['a'])} (A)"
+
+
+def ab_markdown(r: dict) -> str:
+    lines = [f"# {ab_title(r)}", ""]
+    for para in ab_intro(r):
+        lines += [para, ""]
+    lines += ["| " + " | ".join(AB_HEADER) + " |", "|---|---:|---:|---:|---|---|---:|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in ab_rows(r)]
     return "\n".join(lines) + "\n"

@@ -271,7 +271,7 @@ def candidate_row(c: Candidate, base: dict, rate: float, settings: SearchSetting
     n = v["replicas"]
     row.update({"replicas": n, "gpus": n * c.tp, "headroom": cap.min * n / rate - 1, "verified": v["verified"]})
     row.update(_fleet_metrics(v))
-    row["profiled"] = row.get("cost_model") == "profiled"
+    row["profiled"] = row.get("cost_model") in ("profiled", "kerneldb")  # measured kernels (ours or the database's)
     if price is not None:
         row["usd_per_hour"] = n * c.tp * price
         if row.get("mean_output_tokens"):
@@ -333,6 +333,29 @@ def _fmt(v, spec: str = ".2f") -> str:
     return format(v, spec)
 
 
+PLAN_HEADER = ["rank", "candidate", "status", "capacity/replica (min / mean / max req/s)", "replicas", "GPUs", "$/GPU-h",
+               "$/hour", "$/M out tok", "headroom", "p99 TTFT (ms)", "p99 TPOT (ms)", "load (worst run)", "cost model",
+               "note"]
+
+
+def plan_rows(table: pd.DataFrame) -> list[list[str]]:
+    """The plan table's cells as text, columns ``PLAN_HEADER``: the one rendering of plan.md, the
+    command line and the report (dollars to the cent, headroom in percent, latencies in ms)."""
+    pct = lambda v: "-" if v is None or pd.isna(v) else f"{100 * v:.0f}%"  # noqa: E731
+    ms = lambda v: "-" if v is None or pd.isna(v) else f"{1e3 * v:,.0f}"  # noqa: E731
+    rows = []
+    for r in table.to_dict("records"):
+        cap = "-" if pd.isna(r.get("capacity_rps_min", float("nan"))) else \
+            f"{r['capacity_rps_min']:.4g} / {r['capacity_rps_mean']:.4g} / {r['capacity_rps_max']:.4g}"
+        rows.append([str(r["rank"]), r["candidate"], r["status"], cap, _fmt(r.get("replicas"), ".0f"),
+                     _fmt(r.get("gpus"), ".0f"), _fmt(r.get("usd_per_gpu_hour")), _fmt(r.get("usd_per_hour"), ",.2f"),
+                     _fmt(r.get("usd_per_million_output_tokens"), ",.2f"), pct(r.get("headroom")),
+                     ms(r.get("ttft_p99_s")), ms(r.get("tpot_p99_s")),
+                     r.get("verdict") if isinstance(r.get("verdict"), str) else "-",
+                     r.get("cost_model") if isinstance(r.get("cost_model"), str) else "-", r.get("note") or ""])
+    return rows
+
+
 def plan_markdown(table: pd.DataFrame, meta: dict) -> str:
     slo = meta["slo"]
     lines = [f"# Fleet plan: {meta['model']} at {meta['rate']:g} req/s",
@@ -344,19 +367,8 @@ def plan_markdown(table: pd.DataFrame, meta: dict) -> str:
     lines += ["", (f"**Cheapest fleet**: {int(ch['replicas'])} x {ch['candidate']} = {int(ch['gpus'])} GPUs, "
                    f"${ch['usd_per_hour']:.2f}/hour, headroom {100 * ch['headroom']:.0f}%"
                    if ch else "**No fleet meets the SLOs at a known price.**"), "",
-              "| rank | candidate | status | capacity/replica (min / mean / max req/s) | replicas | GPUs | $/GPU-h | $/hour | $/M out tok | headroom | p99 TTFT (ms) | p99 TPOT (ms) | load (worst run) | cost model | note |",
-              "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
-    for r in table.to_dict("records"):
-        cap = "-" if pd.isna(r.get("capacity_rps_min", float("nan"))) else \
-            f"{r['capacity_rps_min']:.4g} / {r['capacity_rps_mean']:.4g} / {r['capacity_rps_max']:.4g}"
-        pct = lambda v: "-" if v is None or pd.isna(v) else f"{100 * v:.0f}%"  # noqa: E731
-        ms = lambda v: "-" if v is None or pd.isna(v) else f"{1e3 * v:.0f}"  # noqa: E731
-        lines.append(f"| {r['rank']} | {r['candidate']} | {r['status']} | {cap} | {_fmt(r.get('replicas'), '.0f')} | "
-                     f"{_fmt(r.get('gpus'), '.0f')} | {_fmt(r.get('usd_per_gpu_hour'))} | {_fmt(r.get('usd_per_hour'))} | "
-                     f"{_fmt(r.get('usd_per_million_output_tokens'))} | {pct(r.get('headroom'))} | {ms(r.get('ttft_p99_s'))} | "
-                     f"{ms(r.get('tpot_p99_s'))} | {r.get('verdict') if isinstance(r.get('verdict'), str) else '-'} | "
-                     f"{r.get('cost_model') if isinstance(r.get('cost_model'), str) else '-'} | "
-                     f"{(r.get('note') or '').replace('|', '/')} |")
+              "| " + " | ".join(PLAN_HEADER) + " |", "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in plan_rows(table)]
     lines += ["", f"{meta['candidates']} candidates, {meta['skipped']} skipped; runs: {meta['runs']['reused']} reused, "
               f"{meta['runs']['run']} run, {meta['runs']['failed']} failed; {meta['wall_s']:.1f} s.", ""]
     return "\n".join(lines)

@@ -44,11 +44,13 @@ class Doc:
     def bullets(self, items: list[str]) -> None:
         self.blocks.append(("ul", items))
 
-    def table(self, header: list[str], rows: list[list]) -> None:
-        """Column names go through ``sim.metrics.labels.label`` (raw keys become human names)."""
+    def table(self, header: list[str], rows: list[list], labels: bool = True) -> None:
+        """Column names go through ``sim.metrics.labels.label`` (raw keys become human names)
+        unless ``labels`` is False (a header already in words)."""
         from sim.metrics.labels import cell_text, label
 
-        self.blocks.append(("table", [label(h) for h in header], [[cell_text(v) for v in r] for r in rows]))
+        self.blocks.append(("table", [label(h) if labels else h for h in header],
+                            [[v if isinstance(v, str) else cell_text(v) for v in r] for r in rows]))
 
     def figure(self, stem: str, caption: str) -> None:
         """``stem``: the path of the figure relative to the report, without extension."""
@@ -71,7 +73,7 @@ class Doc:
         return "\n".join(out)
 
     def html(self) -> str:
-        e = html.escape
+        e = _inline
         body = [f"<h1>{e(self.title)}</h1>"]
         for b in self.blocks:
             if b[0] == "h":
@@ -81,8 +83,11 @@ class Doc:
             elif b[0] == "ul":
                 body.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in b[1]) + "</ul>")
             elif b[0] == "table":
-                head = "".join(f"<th>{e(c)}</th>" for c in b[1])
-                rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in b[2])
+                num = [all(_numeric(r[i]) for r in b[2]) and bool(b[2]) for i in range(len(b[1]))]
+                cls = lambda i: ' class="num"' if num[i] else ""  # noqa: E731  (numbers right, words left)
+                head = "".join(f"<th{cls(i)}>{e(c)}</th>" for i, c in enumerate(b[1]))
+                rows = "".join("<tr>" + "".join(f"<td{cls(i)}>{e(c)}</td>" for i, c in enumerate(r)) + "</tr>"
+                               for r in b[2])
                 body.append(f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')
             else:
                 body.append(f'<figure><img src="{e(b[1])}.svg" alt="{e(b[2])}"><figcaption>{e(b[2])} '
@@ -91,9 +96,9 @@ class Doc:
         style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
                  ".wide{overflow-x:auto;max-width:100%;margin:1em 0}"
                  "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;"
-                 "text-align:right;white-space:nowrap}td:last-child{white-space:normal;min-width:12em;text-align:left}"
-                 "th{background:#f3f3f3;white-space:normal;vertical-align:bottom}"
-                 "td:first-child,th:first-child{text-align:left}"
+                 "text-align:left;white-space:nowrap}td:last-child{white-space:normal;min-width:12em}"
+                 "th{background:#f3f3f3;white-space:normal;vertical-align:bottom}.num{text-align:right}"
+                 "code{background:#f3f3f3;padding:0 3px}"
                  "img{max-width:100%}figcaption{font-size:13px;color:#555}")
         return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{e(self.title)}</title>"
                 f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
@@ -101,8 +106,33 @@ class Doc:
 
 
 
-def _ms(v) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 1e3:,.1f}"
+def _num(v, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def _pct(v) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}%"
+
+
+def _dur(v) -> str:
+    """A latency as the command line prints it (812.3 ms, 14.20 s, 35.1 min)."""
+    from sim.commands.table import duration
+
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else duration(float(v))
+
+
+def _inline(text: str) -> str:
+    """HTML-escaped text with Markdown's `code` spans as <code>."""
+    import re
+
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
+def _numeric(cell: str) -> bool:
+    """A cell that reads as a number (with separators, sign, %, $ or a unit): right-aligned."""
+    import re
+
+    return cell == "-" or re.fullmatch(r"[+-]?\$?[\d,]*\.?\d+(e[+-]?\d+)?\s*(%|ms|s|min|h)?", cell) is not None
 
 
 # ------------------------------------------------------------------------------- sections
@@ -135,17 +165,18 @@ def headline(doc: Doc, s: dict) -> None:
     r, t, g, c = s["requests"], s["throughput"], s["goodput"], s["cost"]
     doc.h("Headline numbers")
     doc.table(["metric", "mean", "p50", "p90", "p99"],
-              [[name] + [_ms(s[key].get(k)) for k in ("mean", "p50", "p90", "p99")]
-               for key, name in (("ttft_s", "TTFT (ms)"), ("tpot_s", "TPOT (ms)"), ("itl_s", "ITL (ms)"),
-                                 ("e2e_s", "E2E (ms)"), ("queue_s", "queueing (ms)"))])
+              [[name] + [_dur(s[key].get(k)) for k in ("mean", "p50", "p90", "p99")]
+               for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
+                                 ("e2e_s", "E2E"), ("queue_s", "queueing"))], labels=False)
     doc.bullets([f"requests: {r['arrived']} arrived, {r['completed']} completed, {r['rejected']} rejected, {r['preemptions']} preemptions",
                  f"throughput: {t['requests_per_s']:.2f} req/s, {t['output_tokens_per_s']:,.0f} output tokens/s",
                  f"goodput: {g['requests_per_s']:.2f} req/s, SLO attainment {100 * (g['slo_attainment'] or 0):.1f}%"]
                 + ([verdict_line(s["verdict"])] if s.get("verdict") else [])
                 + ([" ".join(x.strip() for x in band_lines(s["error_band"], s))] if s.get("error_band") else []))
     doc.h("Cost")
-    doc.table(["GPUs", "GPU-hours", "$/GPU-hour", "$", "$ per million output tokens", "price source"],
-              [[c["gpus"], c["gpu_hours"], c["usd_per_gpu_hour"], c["usd"], c["usd_per_million_output_tokens"], c["price_source"]]])
+    doc.table(["GPUs", "GPU-hours", "$ / GPU-hour", "cost ($)", "$ / M output tokens", "price source"],
+              [[str(c["gpus"]), _num(c["gpu_hours"], ",.3f"), _num(c["usd_per_gpu_hour"], ",.2f"), _num(c["usd"], ",.2f"),
+                _num(c["usd_per_million_output_tokens"], ",.2f"), c["price_source"]]], labels=False)
 
 
 def cdf_figure(frames: dict[str, pd.DataFrame], figdir: Path, slo: dict | None) -> None:
@@ -169,6 +200,16 @@ def cdf_figure(frames: dict[str, pd.DataFrame], figdir: Path, slo: dict | None) 
     plt.close(fig)
 
 
+def series_label(keys: list[str], name) -> str:
+    """A legend entry that says what varies: ``TP 4, scheduler vllm`` (not ``4 vllm``)."""
+    from sim.metrics.labels import label
+
+    if not keys:
+        return str(name)
+    vals = name if isinstance(name, tuple) else (name,)
+    return ", ".join(f"{label(k)} {v}" for k, v in zip(keys, vals))
+
+
 def load_figure(table: pd.DataFrame, rate_key: str, others: list[str], figdir: Path) -> None:
     from sim.metrics.plots import _plt, save
 
@@ -179,7 +220,7 @@ def load_figure(table: pd.DataFrame, rate_key: str, others: list[str], figdir: P
     for i, (name, g) in enumerate(groups):
         color = f"C{i % 10}"
         mean = g.groupby(rate_key)[["ttft_s.p99", "ttft_s.p50", "tpot_s.p99", "goodput.slo_attainment"]].mean().sort_index()
-        label = name if isinstance(name, str) else " ".join(map(str, name if isinstance(name, tuple) else (name,)))
+        label = series_label(others, name)
         axes[0].plot(mean.index, mean["ttft_s.p99"] * 1e3, marker="o", lw=1.2, color=color, label=f"{label} p99")
         axes[0].plot(mean.index, mean["ttft_s.p50"] * 1e3, marker=".", ls=":", lw=1, color=color, label=f"{label} p50")
         axes[1].plot(mean.index, mean["tpot_s.p99"] * 1e3, marker="o", lw=1.2, color=color, label=label)
@@ -191,6 +232,30 @@ def load_figure(table: pd.DataFrame, rate_key: str, others: list[str], figdir: P
     axes[0].set_yscale("log")
     fig.suptitle("Latency against load (mean over seeds)", fontsize=10)
     save(fig, figdir, "latency_vs_load")
+    plt.close(fig)
+
+
+def capacity_figure(probes: list[dict], settings: dict, figdir: Path) -> None:
+    """p99 TTFT and p99 TPOT against the probed rate, a colour per seed (hollow: failed), the
+    SLOs dashed."""
+    from sim.metrics.plots import _plt, save
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    for i, seed in enumerate(sorted({p["seed"] for p in probes})):
+        for ax, key in zip(axes, ("ttft_p99_s", "tpot_p99_s")):
+            mine = sorted((p for p in probes if p["seed"] == seed and p.get(key) is not None), key=lambda p: p["rate"])
+            for passed in (True, False):  # probes at one rate repeat (longer probes): markers, no line
+                pts = [p for p in mine if p["passed"] == passed]
+                ax.plot([p["rate"] for p in pts], [1e3 * p[key] for p in pts], "o", ls="none", color=f"C{i % 10}",
+                        mfc=f"C{i % 10}" if passed else "none", label=f"seed {seed}" if passed else None)
+    for ax, key, name in zip(axes, ("ttft_p99_s", "tpot_p99_s"), ("p99 TTFT (ms, log scale)", "p99 TPOT (ms, log scale)")):
+        ax.axhline(1e3 * settings[key], color="crimson", ls="--", lw=1, label=f"SLO {1e3 * settings[key]:g} ms")
+        ax.set_yscale("log")
+        ax.set_xlabel("probed arrival rate (req/s)")
+        ax.set_ylabel(name)
+        ax.legend(fontsize=7)
+    save(fig, figdir, "capacity_probes")
     plt.close(fig)
 
 
@@ -240,19 +305,21 @@ def _sweep_report(src: Path, doc: Doc, figdir: Path) -> None:
         vals = list(name) if isinstance(name, tuple) else [name]
         m = gk.mean(numeric_only=True) if len(gk) else pd.Series(dtype=float)
         worst = (worst_verdict(gk["verdict.state"].tolist()) if "verdict.state" in gk else None) or "-"
-        rows.append(vals + [f"{len(gk)}/{len(g)}", worst, _ms(m.get("ttft_s.p50")), _ms(m.get("ttft_s.p99")), _ms(m.get("tpot_s.p99")),
-                            m.get("throughput.output_tokens_per_s"), m.get("goodput.slo_attainment"),
-                            m.get("cost.usd_per_million_output_tokens")])
-    doc.table(varied + ["ok runs", "verdict (worst)", "p50 TTFT (ms)", "p99 TTFT (ms)", "p99 TPOT (ms)", "output tok/s", "SLO attainment",
-                        "$ / M output tokens"], rows)
+        rows.append([str(v) for v in vals] + [
+            f"{len(gk)}/{len(g)}", worst, _dur(m.get("ttft_s.p50")), _dur(m.get("ttft_s.p99")), _dur(m.get("tpot_s.p99")),
+            _num(m.get("throughput.output_tokens_per_s"), ",.0f"), _pct(m.get("goodput.slo_attainment")),
+            _num(m.get("cost.usd_per_million_output_tokens"), ",.2f")])
+    from sim.metrics.labels import label
+
+    doc.table([label(k) for k in varied] + ["ok runs", "verdict (worst)", "p50 TTFT", "p99 TTFT", "p99 TPOT", "output tokens / s",
+                                            "SLO attainment", "$ / M output tokens"], rows, labels=False)
     doc.p("Means over seeds. Cost: GPU-hours over each run's makespan x the price stated in the setup.")
     frames = {}
     for name, g in (ok.groupby(varied, dropna=False, sort=False) if varied else [("run", ok)]):
         lat = [store.latency(k) for k in g["key"]]
         lat = [x for x in lat if x is not None]
         if lat:
-            label = " ".join(map(str, name)) if isinstance(name, tuple) else str(name)
-            frames[label] = pd.concat(lat, ignore_index=True)
+            frames[series_label(varied, name) if varied else str(name)] = pd.concat(lat, ignore_index=True)
     if frames:
         doc.h("Latency distributions")
         cdf_figure(frames, figdir, (yaml.safe_load((store.path(first["key"]) / "config.yaml").read_text()) or {}).get("slo"))
@@ -281,16 +348,15 @@ def _plan_report(src: Path, doc: Doc, figdir: Path) -> None:
     if ch:
         doc.p(f"Cheapest fleet: {int(ch['replicas'])} x {ch['candidate']} = {int(ch['gpus'])} GPUs at ${ch['usd_per_hour']:.2f}/hour "
               f"(${ch.get('usd_per_million_output_tokens') or float('nan'):.2f} per million output tokens), headroom "
-              f"{100 * ch['headroom']:.0f}%, verified p99 TTFT {_ms(ch['ttft_p99_s'])} ms, p99 TPOT {_ms(ch['tpot_p99_s'])} ms.")
+              f"{100 * ch['headroom']:.0f}%, verified p99 TTFT {_dur(ch['ttft_p99_s'])}, p99 TPOT {_dur(ch['tpot_p99_s'])}.")
     else:
         doc.p("No fleet meets the SLOs at a known price.")
     doc.h("Cost table")
     doc.bullets([f"{g}: {p['usd_per_gpu_hour'] if p['usd_per_gpu_hour'] is not None else 'unknown'} $/GPU-hour ({p['source']})"
                  for g, p in meta["prices"].items()])
-    cols = ["rank", "candidate", "status", "capacity_rps_min", "replicas", "gpus", "usd_per_hour",
-            "usd_per_million_output_tokens", "headroom", "ttft_p99_s", "tpot_p99_s", "verdict", "cost_model", "note"]
-    cols = [c for c in cols if c in table]
-    doc.table(cols, table[cols].astype(object).where(table[cols].notna(), None).values.tolist())
+    from sim.sweep.plan import PLAN_HEADER, plan_rows
+
+    doc.table(PLAN_HEADER, plan_rows(table), labels=False)
     pareto = src / "figures" / "pareto.png"
     if pareto.is_file():
         for ext in ("png", "svg"):
@@ -324,18 +390,29 @@ def _capacity_report(src: Path, doc: Doc, figdir: Path) -> None:
           f"p99 TTFT <= {st['ttft_p99_s']:g} s, p99 TPOT <= {st['tpot_p99_s'] * 1e3:g} ms and every request completed "
           f"(mean over seeds {rps['mean']:.4g}, max {rps['max']:.4g}). Precision: each seed's capacity lies between "
           f"its highest passing and lowest failing rate, at most {100 * r.get('precision', st['rel_tol']):.1f}% apart.")
-    doc.table(["seed", "rps", "fail_rps", "reason"],
-              [[c["seed"], c["rps"], c.get("fail_rps"), c["limit"]] for c in r["per_seed"]])
-    doc.h("Probes")
-    doc.table(["seed", "rate", "stage", "passed", "ttft_p99_s", "tpot_p99_s", "verdict", "reason"],
-              [[p["seed"], p["rate"], p["stage"], "yes" if p["passed"] else "no", p.get("ttft_p99_s"),
-                p.get("tpot_p99_s"), p.get("verdict") or "-", p["reason"]] for p in probes])
+    doc.table(["seed", "capacity (req/s)", "lowest failing rate (req/s)", "limit"],
+              [[str(c["seed"]), _num(c["rps"], ".4g"), _num(c.get("fail_rps"), ".4g"), c["limit"]] for c in r["per_seed"]],
+              labels=False)
+    if probes:
+        doc.h("Probes")
+        capacity_figure(probes, st, figdir)
+        doc.figure("figures/capacity_probes", "p99 TTFT and p99 TPOT of every probe against its arrival rate, a colour "
+                   "per seed; the dashed lines are the SLOs, hollow markers the probes that failed")
+        doc.table(["seed", "rate (req/s)", "stage", "passed", "p99 TTFT", "p99 TPOT", "load", "reason"],
+                  [[str(p["seed"]), _num(p["rate"], ".4g"), p["stage"], "yes" if p["passed"] else "no",
+                    _dur(p.get("ttft_p99_s")), _dur(p.get("tpot_p99_s")), p.get("verdict") or "-", p["reason"]]
+                   for p in probes], labels=False)
 
 
 def _ab_report(src: Path, doc: Doc, figdir: Path) -> None:
+    from sim.sweep.ab import AB_HEADER, ab_intro, ab_rows, ab_title
+
     r = json.loads((src / "ab.json").read_text())
     doc.h("Headline numbers")
-    doc.p((src / "ab.md").read_text().split("\n", 2)[2] if (src / "ab.md").is_file() else "")
+    doc.p(ab_title(r))
+    for para in ab_intro(r):
+        doc.p(para)
+    doc.table(AB_HEADER, ab_rows(r), labels=False)
     store = RunStore(src)
     frames = {}
     for v in ("a", "b"):

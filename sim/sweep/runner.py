@@ -28,11 +28,19 @@ Task = Generator[dict, dict, object]
 
 
 def execute(config: dict) -> dict:
-    """Run one resolved config (in a worker). Returns plain values only."""
+    """Run one resolved config (in a worker). Returns plain values only; the run's warnings go
+    back with it (the driver says each once, on the command line's one-line channel) instead of
+    being printed by the worker with its source path."""
+    import warnings
+
+    from sim.errors import ServesimWarning
+
     try:
         from sim.api import simulate
 
-        res = simulate(config, plots=False, progress=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ServesimWarning)  # listed in the summary: the driver says them
+            res = simulate(config, plots=False, progress=False)
         done = res.requests[res.requests["status"] == "finished"]
         lat = {c: done[c].to_numpy() for c in ("ttft_s", "tpot_s", "e2e_s")}
         return {"status": "ok", "summary": res.summary, "error": None, "latency": lat}
@@ -213,8 +221,11 @@ class Driver:
         self.store = store
         self.backend_spec = (backend, workers, address)
         self.counts = Counts()
-        self.progress = sys.stderr.isatty() if progress is None else progress
+        from sim.progress import auto_mode
+
+        self.progress = auto_mode(progress)  # a bar on a terminal, a line every 30 s off it, or nothing
         self.desc, self.total = desc, total
+        self.warned: set = set()  # the kinds of run warnings already said
 
     def run(self, tasks: dict[object, Task]) -> dict:
         backend = make_backend(*self.backend_spec)
@@ -223,9 +234,9 @@ class Driver:
         configs: dict[str, dict] = {}
         bar = None
         if self.progress:
-            from tqdm import tqdm
+            from sim.progress import Progress
 
-            bar = tqdm(total=self.total, desc=self.desc, unit="run", leave=False, mininterval=0.5)
+            bar = Progress(self.total, self.desc, "run", self.progress)
 
         def advance(name, value) -> None:
             gen = tasks[name]
@@ -282,6 +293,7 @@ class Driver:
         return results
 
     def _record(self, key: str, config: dict, result: dict, bar) -> None:
+        self._warn(result)
         self.store.put(key, config, result)
         self.counts.keys.append(key)
         if result["status"] == "ok":
@@ -292,10 +304,24 @@ class Driver:
             _tick(bar)
 
 
+    def _warn(self, result: dict) -> None:
+        """Each kind of warning of the runs once (kinds differ in more than their counts: "1 of
+        50 requests clipped" and "3 of 80 requests clipped" are one kind), as ``ServesimWarning``."""
+        import re
+        import warnings
+
+        from sim.errors import ServesimWarning
+
+        for text in (result.get("summary") or {}).get("warnings") or []:
+            kind = re.sub(r"\d[\d,.]*", "N", text)
+            if kind not in self.warned:
+                self.warned.add(kind)
+                warnings.warn(f"{text} (first of the {self.desc} that warn so; each run's summary lists its own)",
+                              ServesimWarning, stacklevel=2)
+
+
 def _tick(bar) -> None:
-    """One run done; a total that was an estimate grows when the runs outnumber it."""
-    if bar.total is not None and bar.n + 1 > bar.total:
-        bar.total = bar.n + 1
+    """One run done (``sim.progress.Progress`` grows an estimated total the runs outnumber)."""
     bar.update(1)
 
 

@@ -62,12 +62,14 @@ def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Gene
 
 
 def _clip(reqs: Iterator[RequestSpec], max_context: int, info: dict) -> Iterator[RequestSpec]:
-    """``reqs`` shortened to fit ``max_context`` (``clip_to_context``), counted in ``info``."""
+    """``reqs`` shortened to fit ``max_context`` (``clip_to_context``), counted in ``info``: the
+    output is kept and the prompt shortened (a client truncates its prompt to leave room for the
+    answer); only an output of the whole context or more is itself cut, to leave one prompt token."""
     clipped = info["clipped_to_context"]
     for r in reqs:
         if r.prompt_tokens + r.output_tokens > max_context:
-            p = min(r.prompt_tokens, max_context - 1)
-            o = max(1, min(r.output_tokens, max_context - p))
+            o = min(r.output_tokens, max_context - 1)
+            p = max(1, min(r.prompt_tokens, max_context - o))
             hashes = r.block_hashes
             if hashes is not None:  # keep only the blocks the clipped prompt still covers
                 hashes = hashes[: -(-p // r.hash_block_tokens)]

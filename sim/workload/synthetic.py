@@ -89,6 +89,28 @@ def length_sampler(dist: LengthDist, rng: np.random.Generator, pools: dict,
     return lambda n: sample_lengths_clipped(dist, n, rng, pool)
 
 
+def output_bound(dist: LengthDist, pools: dict) -> int | None:
+    """The most output tokens ``dist`` can draw (None: unbounded): what a client sends as its
+    ``max_tokens`` when it knows its workload, and what reservation policies (orca, trtllm's
+    GUARANTEED_NO_EVICT) reserve beside the prompt."""
+    if dist.kind == "fixed":  # (a value outside [min, max] is drawn clipped to them)
+        return max(dist.min, dist.value if dist.max is None else min(dist.value, dist.max))
+    if dist.kind == "trace":
+        if dist.path not in pools:
+            pools[dist.path] = trace_lengths(dist.path)
+        column = pools[dist.path][1]
+        return int(max(column)) if len(column) else None
+    return dist.max
+
+
+def _limit(p: int, max_context: int | None, bound: int | None) -> int | None:
+    """A request's output limit: the context minus its prompt, within the workload's output bound."""
+    if max_context is None:
+        return None
+    limit = default_output_limit(p, max_context)
+    return limit if bound is None else max(1, min(limit, bound))
+
+
 def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generator, pools: dict) -> Iterator[list]:
     """Request plans of one source (the workload itself or one tenant), in start order.
     Fields: (prompt, output, block_hashes, session_id, priority, slo_class, tenant, clipped),
@@ -154,16 +176,17 @@ def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dic
     pools: dict = {}
     streams = [in_time_order(_plans(cfg, s, k, len(sources), r, pools), k) for k, (s, r) in enumerate(zip(sources, rngs))]
     merged = streams[0] if len(streams) == 1 else heapq.merge(*streams)
+    bounds = [output_bound(s.output or cfg.output, pools) for s in sources]
     hb = HASH_BLOCK_TOKENS
     t0, n = None, 0
-    for t, _, _, (p, o, hashes, sid, prio, slo, tenant, (p_clip, o_clip)) in merged:
+    for t, k, _, (p, o, hashes, sid, prio, slo, tenant, (p_clip, o_clip)) in merged:
         if t0 is None:
             t0 = t
         if cfg.duration_s is not None and t - t0 > cfg.duration_s:
             break
         clipped["prompt"] += p_clip
         clipped["output"] += o_clip
-        limit = None if max_context is None else default_output_limit(p, max_context)
+        limit = _limit(p, max_context, bounds[k])
         yield RequestSpec(id=n, arrival_s=t - t0, prompt_tokens=p, output_tokens=o, max_output_tokens=limit,
                           block_hashes=hashes, hash_block_tokens=hb, session_id=sid, priority=prio, slo_class=slo,
                           tenant=tenant)
@@ -182,6 +205,7 @@ def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: di
     pools: dict = {}
     prompt = length_sampler(cfg.prompt, rng, pools, 0)
     output = length_sampler(cfg.output, rng, pools, 1)
+    bound = output_bound(cfg.output, pools)
     hb, prio, slo = HASH_BLOCK_TOKENS, getattr(cfg, "priority", 0), getattr(cfg, "slo_class", None)
     tenant = getattr(cfg, "name", None)
     left = cfg.num_requests  # None: until duration_s
@@ -196,8 +220,9 @@ def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: di
         k = CHUNK if left is None else min(CHUNK, left)
         if cfg.duration_s is not None:
             k = min(k, int(np.searchsorted(arrival, cfg.duration_s, side="right")))  # arrivals never decrease
-        # default_output_limit, a chunk at once
-        limits = repeat(None) if max_context is None else np.maximum(max_context - p[:k], 1).tolist()
+        # _limit, a chunk at once
+        limits = (repeat(None) if max_context is None else
+                  np.clip(max_context - p[:k], 1, bound or None).tolist())
         for a, pt, ot, limit, pc, oc in zip(arrival[:k].tolist(), p[:k].tolist(), o[:k].tolist(), limits,
                                             p_clip[:k].tolist(), o_clip[:k].tolist()):
             if pc:

@@ -61,7 +61,7 @@ import numpy as np
 
 from sim.errors import TraceError
 from sim.types import RequestSpec
-from sim.workload.config import SessionConfig, TraceConfig, WorkloadConfig
+from sim.workload.config import MAX_TOKENS, SessionConfig, TraceConfig, WorkloadConfig
 from sim.workload.prefix import HASH_BLOCK_TOKENS, HashChain, own_key
 from sim.workload.arrivals import Draws, arrival_times, in_time_order
 
@@ -252,7 +252,9 @@ def open_text(path: str) -> _TraceText:
     """Open a trace as text (``.gz`` through gzip); a missing file is a TraceError."""
     p = Path(path)
     if not p.is_file():
-        raise TraceError(f"{path}: no such trace file")
+        what = ("is a folder; give a trace file in it" if p.is_dir() else
+                "is not a regular file (a device, a pipe or a socket)" if p.exists() else "no such trace file")
+        raise TraceError(f"{path}: {what}")
     if p.suffix == ".gz":
         f = gzip.open(p, "rt", encoding="utf-8-sig", newline="")
     else:
@@ -387,6 +389,8 @@ def _length(v, col: str) -> int:
             x = int(f)
     if x < 1:
         raise _Bad(f"{col} {v!r} must be at least 1")
+    if x > MAX_TOKENS:
+        raise _Bad(f"{col} {v!r} is more than {MAX_TOKENS:,} tokens (no model holds that many)")
     return x
 
 
