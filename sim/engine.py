@@ -191,7 +191,8 @@ class Engine:
         self.route = ROUTERS[cfg.cluster.router]
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
         self.rng = np.random.default_rng(cfg.seed)
-        self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
+        self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng,
+                                       trace_output_bound=self.sched_cls.reads_output_limit(self.knobs))
         self.drafter = self._drafter()  # speculative decoding (None: off)
         self.fast_forward = (cfg.engine.fast_forward and record_plans is False and fast_forward_exact(cfg, self.route)
                              and self.dp == 1 and self.drafter is None)

@@ -17,12 +17,12 @@ class Simulated(BaseException):
 
 @pytest.fixture
 def tripwire(monkeypatch):
-    import sim.engine
+    import sim.shards
 
     def boom(*a, **k):
         raise Simulated("a bad input reached the simulator")
 
-    monkeypatch.setattr(sim.engine, "run_engine", boom)
+    monkeypatch.setattr(sim.shards, "run_engine", boom)
 
 
 def one_error(capsys, argv) -> str:

@@ -81,9 +81,10 @@ def rejection_hints(s: dict, cfg) -> list[str]:
     return out
 
 
-def reservation_line(cfg) -> str | None:
+def reservation_line(cfg, trace_bound: int | None = None) -> str | None:
     """What a reservation policy (orca; trtllm's GUARANTEED_NO_EVICT) reserved per request on
-    admission: the prompt plus the request's output limit (None for the other policies)."""
+    admission: the prompt plus the request's output limit (None for the other policies);
+    ``trace_bound``: a trace's longest output, the limit of its requests without their own."""
     name, k = cfg.scheduler.name, cfg.scheduler.knobs()
     if name == "orca" and k.reserve == "context":
         return "reservation (orca): each request reserves the model's whole context (scheduler.reserve=context)"
@@ -92,7 +93,8 @@ def reservation_line(cfg) -> str | None:
         return None
     wl = cfg.workload
     if wl.trace is not None:
-        what = "the trace's max_output_tokens where it gives one, else the context minus the prompt"
+        what = ("the trace's max_output_tokens where it gives one, else the trace's longest output"
+                + (f" ({trace_bound:,} tokens)" if trace_bound is not None else "") + ", within the context")
     elif wl.tenants:
         what = "each tenant's output bound (its distribution's max), within the context"
     else:
@@ -124,7 +126,7 @@ def print_summary(s: dict, cfg) -> None:
         print(f"autoscale: {a['replicas_started']} replicas started, {a.get('replicas_drained', 0)} drained, "
               f"peak {a['peak_provisioned']} provisioned, "
               f"{a['gpu_hours']:.3f} GPU-hours while provisioned")
-    reserved = reservation_line(cfg)
+    reserved = reservation_line(cfg, (s.get("workload") or {}).get("output_bound"))
     if reserved:
         print(reserved)
     wl = s.get("workload") or {}

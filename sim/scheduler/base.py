@@ -185,6 +185,13 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan:
         raise NotImplementedError
 
+    @classmethod
+    def reads_output_limit(cls, knobs) -> bool:
+        """Whether this policy (with ``knobs``) decides by a request's output limit
+        (``max_output_tokens``: reservation, a predictor that takes it); a trace without that
+        column then gets the trace's longest output as every request's limit. Default: False."""
+        return False
+
     def wake_at(self, now: float) -> float | None:
         """The earliest time after ``now`` at which this policy's plan may change although
         nothing else happens (a request held until a time, a timer of its own); None: never.

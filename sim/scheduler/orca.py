@@ -38,6 +38,10 @@ class OrcaScheduler(BudgetScheduler):
     queue_static = True  # FCFS, a fixed budget, reservations fixed at admission
     chunk_keeps_single_tokens = True  # a decode's one token always fits a budget of at least 1
 
+    @classmethod
+    def reads_output_limit(cls, knobs) -> bool:
+        return knobs.reserve == "max_output_tokens"
+
     def reserve(self, r, total_tokens):
         if self.knobs.reserve == "context" and self.max_context is not None:
             return max(total_tokens, self.max_context)

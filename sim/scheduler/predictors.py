@@ -56,6 +56,10 @@ class Predicted:
         super().__init__(*args, **kwargs)
         self.predicted: dict[int, float] = {}
 
+    @classmethod
+    def reads_output_limit(cls, knobs) -> bool:
+        return knobs.predictor == "max_output"
+
     def add(self, req) -> None:
         self.predict(req)  # drawn in arrival order, so a seeded run is deterministic
         super().add(req)

@@ -65,6 +65,10 @@ class TRTLLMScheduler(BudgetScheduler):
     def overlapped(self) -> bool:
         return self.knobs.overlap_scheduler
 
+    @classmethod
+    def reads_output_limit(cls, knobs) -> bool:
+        return knobs.capacity_scheduler_policy != "MAX_UTILIZATION" and not knobs.max_tokens_oracle
+
     def reserve(self, r, total_tokens):
         if self.knobs.capacity_scheduler_policy == "MAX_UTILIZATION":
             return total_tokens

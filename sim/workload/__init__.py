@@ -36,15 +36,22 @@ class Workload:
         return self._make()
 
 
-def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Generator) -> Workload:
+def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Generator,
+                   trace_output_bound: bool = False) -> Workload:
     """The request stream ``cfg`` describes. Requests longer than ``max_context`` are passed
     through (the engine rejects and counts them) unless ``cfg.clip_to_context`` is set.
     Draws one seed from ``rng``; the stream's own randomness comes from it. A synthetic request
     carries its output limit (``max_output_tokens`` = ``max_context`` minus its prompt, at least 1:
     what the engine gives a request without one), except with ``clip_to_context``, whose clipping
-    may shorten the prompt (the engine then sets it); a trace's requests keep the trace's."""
+    may shorten the prompt (the engine then sets it); a trace's requests keep the trace's.
+
+    ``trace_output_bound`` (for a policy that reserves by the output limit): a trace request
+    without a ``max_output_tokens`` column gets the trace's longest output as its limit (within
+    the context), as a synthetic one gets its distribution's bound; the trace is read once more,
+    up front, to find it (``info["output_bound"]``)."""
     info: dict = {}
     seed = np.random.default_rng(int(rng.integers(0, 2**63)))
+    bound: list = []  # the trace's longest output, once read
 
     def make():
         info.clear()
@@ -54,11 +61,25 @@ def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Gene
         own = copy.deepcopy(seed)
         if cfg.trace is not None:
             reqs = read_trace_requests(cfg, info, own)
+            if trace_output_bound:
+                if not bound:
+                    bound.append(max((r.output_tokens for r in read_trace_requests(cfg, {}, copy.deepcopy(seed))),
+                                     default=1))
+                info["output_bound"] = bound[0]
+                reqs = _with_limit(reqs, bound[0], max_context)
         else:
             reqs = synthetic_requests(cfg, own, info, None if cfg.clip_to_context else max_context)
         return _clip(reqs, max_context, info) if cfg.clip_to_context else reqs
 
     return Workload(make, info)
+
+
+def _with_limit(reqs: Iterator[RequestSpec], bound: int, max_context: int) -> Iterator[RequestSpec]:
+    """Trace requests without their own limit get ``bound`` (within the context, at least 1)."""
+    for r in reqs:
+        if r.max_output_tokens is None:
+            r = r.with_output_limit(max(1, min(bound, max_context - r.prompt_tokens)))
+        yield r
 
 
 def _clip(reqs: Iterator[RequestSpec], max_context: int, info: dict) -> Iterator[RequestSpec]:
