@@ -10,8 +10,7 @@ PagedAttention, Kwon et al., SOSP'23, section 2.3).
 
 ``reserve`` picks the maximum length: ``max_output_tokens`` (the client's limit: a synthetic
 workload sets it to its output distribution's bound, within the context; a trace to its
-``max_output_tokens`` column; the engine to the model's context minus the prompt when the workload
-gives none) or ``context`` (the model's whole context). ``servesim run`` prints what was reserved.
+``max_output_tokens`` column, else to its longest output, within the context) or ``context`` (the model's whole context). ``servesim run`` prints what was reserved.
 
 Departures: the reservation is a set of paged blocks taken all at once (equal in size to a
 contiguous slab, without fragmentation); the step also keeps ``max_num_batched_tokens``; FCFS
