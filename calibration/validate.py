@@ -51,13 +51,13 @@ def _stats(xs: list[float]) -> dict:
             "n": int(a.size)}
 
 
-def host_load() -> float | None:
+def load_1min() -> float | None:
     """This host's 1-minute load average (runnable processes, this one included); None where the
-    OS keeps none."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
+    OS keeps none (``kernels.load.host_load``'s first figure)."""
+    from kernels.load import host_load
+
+    avg = host_load()["loadavg"]
+    return avg[0] if avg else None
 
 
 def busy_note(loads: list[float | None], cores: int) -> str | None:
@@ -273,10 +273,10 @@ def run(args) -> dict:
                             num_blocks=blocks_needed(doc, doc.get("block_size", DEFAULT_BLOCK_SIZE)) + 8, seed=args.seed,
                             max_positions=max(s["ctx"][i] + s["new"][i] for s in steps for i in range(len(s["new"]))) + 1)
         t0 = time.perf_counter()
-        load_before = host_load()
+        load_before = load_1min()
         measured = replay(model, doc, repeats=args.repeats)
         wall = time.perf_counter() - t0
-        loads = [load_before, host_load()]
+        loads = [load_before, load_1min()]
         busy = busy_note(loads, os.cpu_count() or 1)
         result["host"] = {"load_average_1min": [x for x in loads if x is not None], "cores": os.cpu_count(),
                           "busy": busy}

@@ -132,7 +132,7 @@ def test_report_on_plan_and_ab_folders(tmp_path):
     check(tmp_path / "rep_ab", ["latency_cdf"])
     t = check_html((tmp_path / "rep_ab" / "report.html").read_text())
     ab = next(tb for tb in t.tables if tb[0][0][0][2] == "metric")  # the A/B results: a table, not a paragraph
-    assert [c[2] for c in ab[0][0]] == ["metric", "A", "B", "B - A", "95% CI", "verdict"]
+    assert [c[2] for c in ab[0][0]] == ["metric", "A", "B", "B - A", "95% CI", "relative [95% CI]", "p", "verdict"]
     assert [r[0][2] for r in ab[1]][:2] == ["p50 TTFT (ms)", "p99 TTFT (ms)"]
     assert "cost per million output tokens ($)" in [r[0][2] for r in ab[1]]
     assert ab[0][0][1][1] == "num" and ab[0][0][5][1] is None  # numbers right-aligned, the verdict left
