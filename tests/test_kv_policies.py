@@ -91,12 +91,10 @@ def test_eviction_policies_pick_by_key(policy, order):
 
 
 def test_eviction_keys_are_one_line_functions():
-    from sim.kv.prefix import BlockMeta
-
-    old_hot, new_cold = BlockMeta(last_access=1, hits=5, cached_at=0), BlockMeta(last_access=9, hits=0, cached_at=2)
-    assert EVICTION["lru"](old_hot) < EVICTION["lru"](new_cold)
-    assert EVICTION["lfu"](new_cold) < EVICTION["lfu"](old_hot)
-    assert EVICTION["fifo"](old_hot) < EVICTION["fifo"](new_cold)
+    old_hot, new_cold = dict(last_access=1, hits=5, cached_at=0), dict(last_access=9, hits=0, cached_at=2)
+    assert EVICTION["lru"](**old_hot) < EVICTION["lru"](**new_cold)
+    assert EVICTION["lfu"](**new_cold) < EVICTION["lfu"](**old_hot)
+    assert EVICTION["fifo"](**old_hot) < EVICTION["fifo"](**new_cold)
 
 
 def test_no_hashes_means_no_caching():
