@@ -141,7 +141,8 @@ class Engine:
         self.route = ROUTERS[cfg.cluster.router]
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
         self.rng = np.random.default_rng(cfg.seed)
-        self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng)
+        self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng,
+                                       block_tokens=cfg.kv.block_size)
         # rows of the requests that left; with output.stream they go to ``stream_to`` in chunks
         self.sink = ParquetSink(stream_to) if stream_to is not None else None
         self.requests = RequestLog(self.sink, cfg.output.stream_chunk_rows)

@@ -103,3 +103,30 @@ def test_no_hashes_means_no_caching():
     kv.allocate(1, 9, spec=s)
     kv.free(1)
     assert kv.prefix_hit(s, 9) == 0 and not kv.pool.block_of
+
+
+@pytest.mark.parametrize("block_tokens,shared", [(16, 96), (64, 64), (4, 100)])
+def test_system_prompts_share_at_the_kv_block_size(block_tokens, shared):
+    """A 100-token system prompt shares its first 96 tokens with 16-token KV blocks, as vLLM
+    hashes full blocks (64 with the 64-token hash blocks of before; all 100 with 4-token blocks)."""
+    import numpy as np
+
+    from sim.workload import WorkloadConfig, build_workload
+
+    wl = WorkloadConfig(rate=1.0, num_requests=2, system_prompts={"count": 1, "tokens": 100},
+                        prompt={"kind": "fixed", "value": 40})
+    a, b = build_workload(wl, max_context=10**6, rng=np.random.default_rng(0), block_tokens=block_tokens)
+    kv = PrefixKVManager(100, block_tokens, 0.0)
+    assert kv.allocate(a.id, a.prompt_tokens, spec=a)
+    assert kv.prefix_hit(b, b.prompt_tokens) == shared
+
+
+def test_engine_hashes_synthetic_prefixes_at_its_block_size():
+    from sim.config import load_config
+    from sim.engine import Engine
+
+    cfg = load_config({"kv": {"block_size": 32, "prefix_caching": True},
+                       "workload": {"num_requests": 3, "system_prompts": {"count": 1, "tokens": 100}}})
+    specs = list(Engine(cfg).workload)
+    assert [s.hash_block_tokens for s in specs] == [32, 32, 32]
+    assert len({s.block_hashes[:3] for s in specs}) == 1  # 96 of the 100 system-prompt tokens shared

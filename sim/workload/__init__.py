@@ -19,6 +19,7 @@ import numpy as np
 
 from sim.types import RequestSpec
 from sim.workload.config import LengthDist, TraceConfig, WorkloadConfig
+from sim.workload.prefix import HASH_BLOCK_TOKENS
 from sim.workload.synthetic import synthetic_requests
 from sim.workload.traces import read_trace_requests
 
@@ -36,13 +37,16 @@ class Workload:
         return self._make()
 
 
-def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Generator) -> Workload:
+def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Generator,
+                   block_tokens: int = HASH_BLOCK_TOKENS) -> Workload:
     """The request stream ``cfg`` describes. Requests longer than ``max_context`` are passed
     through (the engine rejects and counts them) unless ``cfg.clip_to_context`` is set.
     Draws one seed from ``rng``; the stream's own randomness comes from it. A synthetic request
     carries its output limit (``max_output_tokens`` = ``max_context`` minus its prompt, at least 1:
     what the engine gives a request without one), except with ``clip_to_context``, whose clipping
-    may shorten the prompt (the engine then sets it); a trace's requests keep the trace's."""
+    may shorten the prompt (the engine then sets it); a trace's requests keep the trace's.
+    ``block_tokens``: the tokens per prefix hash of synthetic system prompts and sessions (the
+    engine passes ``kv.block_size``, so they share prefixes at the KV cache's granularity)."""
     info: dict = {}
     seed = np.random.default_rng(int(rng.integers(0, 2**63)))
 
@@ -55,7 +59,8 @@ def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Gene
         if cfg.trace is not None:
             reqs = read_trace_requests(cfg, info, own)
         else:
-            reqs = synthetic_requests(cfg, own, info, None if cfg.clip_to_context else max_context)
+            reqs = synthetic_requests(cfg, own, info, None if cfg.clip_to_context else max_context,
+                                      block_tokens=block_tokens)
         return _clip(reqs, max_context, info) if cfg.clip_to_context else reqs
 
     return Workload(make, info)
