@@ -17,6 +17,7 @@ from sim.errors import ConfigError, ServesimWarning
 from sim.metrics.columns import ParquetColumns
 from sim.metrics.records import requests_frame, steps_frame
 from sim.metrics.summary import clean_json, summarize
+from sim.workload import no_shared_prefix_warnings
 
 
 @dataclass
@@ -106,6 +107,7 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
     finally:
         if bar is not None:
             bar.close()
+    sim_out.warnings += no_shared_prefix_warnings(cfg)
     for w in sim_out.warnings:  # each once per run
         warnings.warn(w, ServesimWarning, stacklevel=2)
     # a streamed run's summary reads requests.parquet a batch (and one latency column) at a time

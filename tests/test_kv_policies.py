@@ -130,3 +130,24 @@ def test_engine_hashes_synthetic_prefixes_at_its_block_size():
     specs = list(Engine(cfg).workload)
     assert [s.hash_block_tokens for s in specs] == [32, 32, 32]
     assert len({s.block_hashes[:3] for s in specs}) == 1  # 96 of the 100 system-prompt tokens shared
+
+
+def test_caching_without_shared_prefixes_says_why_the_hit_rate_is_0():
+    import warnings as w
+
+    from sim import simulate
+    from sim.errors import ServesimWarning
+
+    base = {"workload": {"rate": 5.0, "num_requests": 20}, "kv": {"prefix_caching": True}, "output": {"plots": False}}
+    with w.catch_warnings(record=True) as caught:
+        w.simplefilter("always")
+        s = simulate(base, progress=False).summary
+    lines = [str(c.message) for c in caught if c.category is ServesimWarning]
+    assert s["prefix_cache"]["hit_rate"] == 0
+    assert [x for x in s["warnings"] if "no shared prefixes" in x] == [x for x in lines if "no shared prefixes" in x]
+    assert len(lines) == 1 and "workload.system_prompts or workload.sessions" in lines[0]
+    with_prompts = {**base, "workload": {**base["workload"], "system_prompts": {"count": 2, "tokens": 64}}}
+    s = simulate(with_prompts, progress=False).summary
+    assert s["prefix_cache"]["hit_rate"] > 0 and not any("no shared prefixes" in x for x in s["warnings"])
+    off = simulate({**base, "kv": {"prefix_caching": False}}, progress=False).summary
+    assert not any("no shared prefixes" in x for x in off["warnings"])

@@ -21,7 +21,7 @@ from sim.types import RequestSpec
 from sim.workload.config import LengthDist, TraceConfig, WorkloadConfig
 from sim.workload.prefix import HASH_BLOCK_TOKENS
 from sim.workload.synthetic import synthetic_requests
-from sim.workload.traces import read_trace_requests
+from sim.workload.traces import PREFIX_FORMATS, detect_format, read_trace_requests
 
 __all__ = ["Workload", "WorkloadConfig", "LengthDist", "TraceConfig", "build_workload"]
 
@@ -64,6 +64,26 @@ def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Gene
         return _clip(reqs, max_context, info) if cfg.clip_to_context else reqs
 
     return Workload(make, info)
+
+
+def carries_prefix_hashes(cfg: WorkloadConfig) -> bool:
+    """Whether ``cfg``'s requests carry prefix hashes, the only thing a prefix cache can hit:
+    synthetic system prompts or sessions, or a trace format with hash ids (``PREFIX_FORMATS``)."""
+    if cfg.trace is not None:
+        fmt = detect_format(cfg.trace.path) if cfg.trace.format == "auto" else cfg.trace.format
+        return fmt in PREFIX_FORMATS
+    return cfg.closed_loop is None and (cfg.system_prompts is not None or cfg.sessions is not None)
+
+
+def no_shared_prefix_warnings(cfg) -> list[str]:
+    """The line that says why a run with prefix caching on has a hit rate of 0 because its
+    workload shares no prefixes (``cfg``: a whole Config); else none."""
+    if not cfg.kv.prefix_caching or carries_prefix_hashes(cfg.workload):
+        return []
+    what = "the trace has no hash ids" if cfg.workload.trace is not None else "no synthetic prompt shares a prefix"
+    return [f"kv.prefix_caching is on but the workload has no shared prefixes ({what}), so the prefix-cache hit "
+            "rate is 0: add workload.system_prompts or workload.sessions, or replay a trace with hash ids "
+            f"(formats {', '.join(PREFIX_FORMATS)})"]
 
 
 def _clip(reqs: Iterator[RequestSpec], max_context: int, info: dict) -> Iterator[RequestSpec]:
