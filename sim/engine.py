@@ -139,7 +139,8 @@ class Engine:
         self.disagg = Disaggregation.for_config(cfg, self.replicas, self.hw, self.model)  # None: not disaggregated
         self.entry_pool = self.disagg.entry_pool if self.disagg else self.replicas  # where arrivals go
         self.route = ROUTERS[cfg.cluster.router]
-        self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
+        self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3]),  # the router's own stream
+                                  "cluster": cfg.cluster}  # and its knobs
         self.rng = np.random.default_rng(cfg.seed)
         self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng,
                                        block_tokens=cfg.kv.block_size)
@@ -220,7 +221,7 @@ class Engine:
         pool = [r for r in self.entry_pool if r.up] if self.dynamic else self.entry_pool
         if not pool:
             return None
-        loads = [ReplicaLoad(len(r.scheduler.waiting), len(r.scheduler.running), r.kv.num_used / r.kv.num_blocks)
+        loads = [ReplicaLoad(len(r.scheduler.waiting), len(r.scheduler.running), r.kv.num_used / r.kv.num_blocks, r.kv)
                  for r in pool] if self.route.reads_load else pool
         return pool[self.route(spec, loads, self.route_state) % len(pool)]  # the pool may have shrunk
 

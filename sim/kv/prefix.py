@@ -325,6 +325,14 @@ class PrefixKVManager(KVManager):
         self._last_hits = (chain, out)
         return out
 
+    def cached_blocks(self, chain: list[int]) -> int:
+        block_of, n = self.pool.block_of, 0
+        for h in chain:
+            if h not in block_of:
+                break
+            n += 1
+        return n
+
     def prefix_hit(self, spec, num_tokens: int) -> int:
         hits = self._hit_blocks(self.chain(spec))
         return usable_hit_tokens(len(hits), self.block_size, num_tokens)
