@@ -151,3 +151,20 @@ def test_caching_without_shared_prefixes_says_why_the_hit_rate_is_0():
     assert s["prefix_cache"]["hit_rate"] > 0 and not any("no shared prefixes" in x for x in s["warnings"])
     off = simulate({**base, "kv": {"prefix_caching": False}}, progress=False).summary
     assert not any("no shared prefixes" in x for x in off["warnings"])
+
+
+def test_a_waiting_request_sees_its_hit_shrink_when_a_block_is_evicted():
+    """The queue's head asks every step; its known hit is cut at the first evicted block."""
+    kv = PrefixKVManager(8, 4, 0.0)
+    a, b = spec(1, 17, (1, 2, 3)), spec(2, 17, (1, 2, 3))
+    assert kv.allocate(1, 17, spec=a) and kv.tables[1] == [0, 1, 2, 3, 4]
+    kv.free(1)  # 0-3 cached (freed tail first: 3, 2, 1, 0), 4 free without a hash
+    assert kv.allocate(3, 16) and kv.tables[3] == [5, 6, 7, 4]  # unhashed blocks first
+    assert kv.prefix_hit(b, 17) == 16
+    assert not kv.allocate(2, 17, spec=b, cached_tokens=16)  # 1 fresh + 4 free hits > 4 free
+    assert kv.allocate(3, 20) and kv.tables[3][-1] == 3  # evicts block 3, the first freed
+    assert kv.prefix_hit(b, 17) == 12
+    assert not kv.allocate(2, 17, spec=b, cached_tokens=12)  # 2 fresh + 3 free hits > 3 free
+    kv.free(3)
+    assert kv.prefix_hit(b, 17) == 12 and kv.allocate(2, 17, spec=b, cached_tokens=12)
+    assert kv.tables[2] == [0, 1, 2, 3, 4]  # 3 and 4 come back from the free list, without their hashes
