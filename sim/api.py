@@ -13,6 +13,7 @@ import yaml
 
 from sim.config import Config, load_config
 from sim.errors import ConfigError, ServesimWarning
+from sim.workload import no_shared_prefix_warnings
 
 # pandas, pyarrow and the metrics stage are imported when a run has ended, not before it starts
 # (start-up time: docs/design-decisions.md, "Start-up")
@@ -109,6 +110,7 @@ def simulate(config: str | Path | dict | Config | None = None, *, overrides: lis
     finally:
         if bar is not None:
             bar.close()
+    sim_out.warnings += no_shared_prefix_warnings(cfg)
     for w in sim_out.warnings:  # each once per run
         warnings.warn(w, ServesimWarning, stacklevel=2)
     from sim.metrics.columns import ParquetColumns

@@ -69,6 +69,22 @@ class Autoscale(_Strict):
         return self
 
 
+class PrefixRouting(_Strict):
+    """Knobs of the cache-aware routers ``prefix_aware`` and ``prefix_approx``
+    (``sim/cluster/prefix_aware.py``): each replica's score is the weighted sum of three scores
+    in [0, 1] (cached prefix, queue, KV use), as llm-d's scorers are combined."""
+
+    prefix_weight: float = Field(default=1.0, ge=0, description=(
+        "weight of the prefix score: the fraction of the request's full prompt blocks cached on the replica"))
+    queue_weight: float = Field(default=1.0, ge=0, description=(
+        "weight of the queue score: 1 for the replica with the fewest waiting + running requests, "
+        "0 for the most (min-max normalised)"))
+    kv_weight: float = Field(default=1.0, ge=0, description="weight of the KV score: 1 - the replica's KV use")
+    history_blocks: int | None = Field(default=None, ge=1, description=(
+        "prefix_approx: prefix blocks remembered per replica, least recently routed forgotten first "
+        "(default: the replica's KV pool size in blocks)"))
+
+
 class Cluster(_Strict):
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="identical model replicas")
     router: str = "round_robin"
@@ -79,6 +95,7 @@ class Cluster(_Strict):
         "GB/s moving one request's KV cache from a prefill to a decode replica (default: the "
         "hardware's host link per direction, times the GPUs of a replica)"))
     autoscale: Autoscale = Autoscale()
+    prefix_routing: PrefixRouting = PrefixRouting()
 
     @model_validator(mode="after")
     def _router(self):

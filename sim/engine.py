@@ -189,10 +189,12 @@ class Engine:
         self.disagg = Disaggregation.for_config(cfg, self.replicas, self.hw, self.model)  # None: not disaggregated
         self.entry_pool = self.disagg.entry_pool if self.disagg else self.replicas  # where arrivals go
         self.route = ROUTERS[cfg.cluster.router]
-        self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3])}  # the router's own stream
+        self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3]),  # the router's own stream
+                                  "cluster": cfg.cluster}  # and its knobs
         self.rng = np.random.default_rng(cfg.seed)
         self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng,
-                                       trace_output_bound=self.sched_cls.reads_output_limit(self.knobs))
+                                       trace_output_bound=self.sched_cls.reads_output_limit(self.knobs),
+                                       block_tokens=cfg.kv.block_size)
         self.drafter = self._drafter()  # speculative decoding (None: off)
         self.fast_forward = (cfg.engine.fast_forward and record_plans is False and fast_forward_exact(cfg, self.route)
                              and self.dp == 1 and self.drafter is None)
@@ -265,7 +267,7 @@ class Engine:
         pool = [r for r in self.entry_pool if r.up] if self.dynamic else self.entry_pool
         if not pool:
             return None
-        loads = [ReplicaLoad(len(r.scheduler.waiting), len(r.scheduler.running), r.kv.num_used / r.kv.num_blocks)
+        loads = [ReplicaLoad(len(r.scheduler.waiting), len(r.scheduler.running), r.kv.num_used / r.kv.num_blocks, r.kv)
                  for r in pool] if self.route.reads_load else pool
         return pool[self.route(spec, loads, self.route_state) % len(pool)]  # the pool may have shrunk
 

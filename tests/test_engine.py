@@ -179,7 +179,7 @@ def test_output_limits_set_by_the_workload_or_by_the_engine_give_the_same_run(mo
                       scheduler={"name": "orca", "reserve": "max_output_tokens"}, workload=wl)
     with_limits = requests_frame(Engine(load_config(cfg)).run())
     plain = workload.synthetic_requests
-    monkeypatch.setattr(workload, "synthetic_requests", lambda cfg, rng, info, max_context=None: plain(cfg, rng, info))
+    monkeypatch.setattr(workload, "synthetic_requests", lambda cfg, rng, info, max_context=None, **kw: plain(cfg, rng, info, **kw))
     eng = Engine(load_config(cfg))
     assert next(iter(eng.workload)).max_output_tokens is None  # the engine sets them now
     without = requests_frame(eng.run())

@@ -91,12 +91,10 @@ def test_eviction_policies_pick_by_key(policy, order):
 
 
 def test_eviction_keys_are_one_line_functions():
-    from sim.kv.prefix import BlockMeta
-
-    old_hot, new_cold = BlockMeta(last_access=1, hits=5, cached_at=0), BlockMeta(last_access=9, hits=0, cached_at=2)
-    assert EVICTION["lru"](old_hot) < EVICTION["lru"](new_cold)
-    assert EVICTION["lfu"](new_cold) < EVICTION["lfu"](old_hot)
-    assert EVICTION["fifo"](old_hot) < EVICTION["fifo"](new_cold)
+    old_hot, new_cold = dict(last_access=1, hits=5, cached_at=0), dict(last_access=9, hits=0, cached_at=2)
+    assert EVICTION["lru"](**old_hot) < EVICTION["lru"](**new_cold)
+    assert EVICTION["lfu"](**new_cold) < EVICTION["lfu"](**old_hot)
+    assert EVICTION["fifo"](**old_hot) < EVICTION["fifo"](**new_cold)
 
 
 def test_no_hashes_means_no_caching():
@@ -105,3 +103,68 @@ def test_no_hashes_means_no_caching():
     kv.allocate(1, 9, spec=s)
     kv.free(1)
     assert kv.prefix_hit(s, 9) == 0 and not kv.pool.block_of
+
+
+@pytest.mark.parametrize("block_tokens,shared", [(16, 96), (64, 64), (4, 100)])
+def test_system_prompts_share_at_the_kv_block_size(block_tokens, shared):
+    """A 100-token system prompt shares its first 96 tokens with 16-token KV blocks, as vLLM
+    hashes full blocks (64 with the 64-token hash blocks of before; all 100 with 4-token blocks)."""
+    import numpy as np
+
+    from sim.workload import WorkloadConfig, build_workload
+
+    wl = WorkloadConfig(rate=1.0, num_requests=2, system_prompts={"count": 1, "tokens": 100},
+                        prompt={"kind": "fixed", "value": 40})
+    a, b = build_workload(wl, max_context=10**6, rng=np.random.default_rng(0), block_tokens=block_tokens)
+    kv = PrefixKVManager(100, block_tokens, 0.0)
+    assert kv.allocate(a.id, a.prompt_tokens, spec=a)
+    assert kv.prefix_hit(b, b.prompt_tokens) == shared
+
+
+def test_engine_hashes_synthetic_prefixes_at_its_block_size():
+    from sim.config import load_config
+    from sim.engine import Engine
+
+    cfg = load_config({"kv": {"block_size": 32, "prefix_caching": True},
+                       "workload": {"num_requests": 3, "system_prompts": {"count": 1, "tokens": 100}}})
+    specs = list(Engine(cfg).workload)
+    assert [s.hash_block_tokens for s in specs] == [32, 32, 32]
+    assert len({s.block_hashes[:3] for s in specs}) == 1  # 96 of the 100 system-prompt tokens shared
+
+
+def test_caching_without_shared_prefixes_says_why_the_hit_rate_is_0():
+    import warnings as w
+
+    from sim import simulate
+    from sim.errors import ServesimWarning
+
+    base = {"workload": {"rate": 5.0, "num_requests": 20}, "kv": {"prefix_caching": True}, "output": {"plots": False}}
+    with w.catch_warnings(record=True) as caught:
+        w.simplefilter("always")
+        s = simulate(base, progress=False).summary
+    lines = [str(c.message) for c in caught if c.category is ServesimWarning]
+    assert s["prefix_cache"]["hit_rate"] == 0
+    assert [x for x in s["warnings"] if "no shared prefixes" in x] == [x for x in lines if "no shared prefixes" in x]
+    assert len(lines) == 1 and "workload.system_prompts or workload.sessions" in lines[0]
+    with_prompts = {**base, "workload": {**base["workload"], "system_prompts": {"count": 2, "tokens": 64}}}
+    s = simulate(with_prompts, progress=False).summary
+    assert s["prefix_cache"]["hit_rate"] > 0 and not any("no shared prefixes" in x for x in s["warnings"])
+    off = simulate({**base, "kv": {"prefix_caching": False}}, progress=False).summary
+    assert not any("no shared prefixes" in x for x in off["warnings"])
+
+
+def test_a_waiting_request_sees_its_hit_shrink_when_a_block_is_evicted():
+    """The queue's head asks every step; its known hit is cut at the first evicted block."""
+    kv = PrefixKVManager(8, 4, 0.0)
+    a, b = spec(1, 17, (1, 2, 3)), spec(2, 17, (1, 2, 3))
+    assert kv.allocate(1, 17, spec=a) and kv.tables[1] == [0, 1, 2, 3, 4]
+    kv.free(1)  # 0-3 cached (freed tail first: 3, 2, 1, 0), 4 free without a hash
+    assert kv.allocate(3, 16) and kv.tables[3] == [5, 6, 7, 4]  # unhashed blocks first
+    assert kv.prefix_hit(b, 17) == 16
+    assert not kv.allocate(2, 17, spec=b, cached_tokens=16)  # 1 fresh + 4 free hits > 4 free
+    assert kv.allocate(3, 20) and kv.tables[3][-1] == 3  # evicts block 3, the first freed
+    assert kv.prefix_hit(b, 17) == 12
+    assert not kv.allocate(2, 17, spec=b, cached_tokens=12)  # 2 fresh + 3 free hits > 3 free
+    kv.free(3)
+    assert kv.prefix_hit(b, 17) == 12 and kv.allocate(2, 17, spec=b, cached_tokens=12)
+    assert kv.tables[2] == [0, 1, 2, 3, 4]  # 3 and 4 come back from the free list, without their hashes

@@ -255,7 +255,9 @@ def test_sarathi_activation_reserve_is_sized_from_the_chunk():
 
 @pytest.mark.parametrize("name,warns", [("vllm", True), ("static", True), ("vllm_v1", False), ("sarathi", False)])
 def test_prefix_caching_with_a_scheduler_that_ignores_hits_warns(name, warns, recwarn):
-    res = simulate(tiny_config(scheduler={"name": name}, kv={"prefix_caching": True}))
+    # (system prompts: a workload without shared prefixes would warn that its hit rate is 0 as well)
+    res = simulate(tiny_config(scheduler={"name": name}, kv={"prefix_caching": True},
+                               workload={"system_prompts": {"count": 2, "tokens": 64}}))
     msgs = [str(w.message) for w in recwarn.list if issubclass(w.category, ServesimWarning)]
     assert bool(msgs) == warns and bool(res.summary["warnings"]) == warns
     if warns:

@@ -1,7 +1,8 @@
 """Routers: which replica an arriving request goes to. One file each, registered by one line.
 
 A router is a function ``route(spec, loads, state) -> replica index`` where ``loads`` is a list of
-``ReplicaLoad`` (read-only counts) and ``state`` a dict the router may keep between calls (the
+``ReplicaLoad`` (read-only counts, and the replica's KV manager to read what it caches) and
+``state`` a dict the router may keep between calls (the
 engine puts a seeded numpy Generator in ``state["rng"]``).
 
 Capabilities, declared at registration: ``reads_load=False`` says the router never reads
@@ -32,6 +33,9 @@ class ReplicaLoad:
     waiting: int
     running: int
     kv_used_frac: float
+    kv: object = None
+    """The replica's KV manager, to read (never change) what it caches: ``cached_blocks``."""
 
 
-from sim.cluster import least_loaded, power_of_two, round_robin, session_affinity  # noqa: E402,F401  (registration)
+from sim.cluster import (  # noqa: E402,F401  (registration)
+    least_loaded, power_of_two, prefix_aware, round_robin, session_affinity)

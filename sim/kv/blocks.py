@@ -75,6 +75,11 @@ class KVManager:
         """Leading tokens of ``spec``'s prompt whose KV is cached (always 0 without prefix caching)."""
         return 0
 
+    def cached_blocks(self, chain: list[int]) -> int:
+        """Leading blocks of ``chain`` (``sim.kv.prefix.kv_block_hashes``) cached here, read
+        without side effects (for routers); always 0 without prefix caching."""
+        return 0
+
     def allocate(self, req_id: int, total_tokens: int, *, admit: bool = False, spec=None,
                  cached_tokens: int = 0) -> bool:
         """Grow ``req_id``'s blocks to cover ``total_tokens``; False (and no change) if it can't.

@@ -21,36 +21,52 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass
 
 from sim.kv.blocks import KVManager
 
 
-@dataclass(slots=True)
-class BlockMeta:
-    """What the eviction keys may read about a cached block (ticks count the KV manager's
-    state-changing calls: allocations that take blocks, and frees)."""
-
-    last_access: int = 0
-    hits: int = 0
-    cached_at: int = 0
-
-
 EVICTION = {
-    "lru": lambda m: m.last_access,
-    "lfu": lambda m: (m.hits, m.last_access),
-    "fifo": lambda m: m.cached_at,
+    "lru": lambda last_access, hits, cached_at: last_access,
+    "lfu": lambda last_access, hits, cached_at: (hits, last_access),
+    "fifo": lambda last_access, hits, cached_at: cached_at,
 }
-"""Eviction policy -> key of a free cached block; the smallest key is evicted first."""
+"""Eviction policy -> key of a free cached block from what it may read about it (ticks count the
+KV manager's state-changing calls: allocations that take blocks, and frees); the smallest key is
+evicted first, ties in the order the blocks were freed."""
+
+IN_FREE_ORDER = frozenset({"lru"})
+"""Policies whose key is the tick at which a block was freed: keys never decrease in the order
+blocks are freed, so that order is the eviction order and a queue replaces the heap."""
 
 
 def kv_block_hashes(block_hashes: tuple[int, ...], hash_block_tokens: int, block_size: int,
                     prompt_tokens: int) -> list[int]:
-    """Chained hashes of the FULL prompt KV blocks covered by the trace's hash ids."""
+    """Keys of the FULL prompt KV blocks covered by the trace's hash ids: two blocks get equal
+    keys exactly when they sit at the same place after the same hash ids.
+
+    When ``block_size`` divides ``hash_block_tokens`` (the usual case: 16 into Mooncake's 512)
+    a chain over the hash ids is computed once per hash block and a KV block's key is that
+    chain's value with the block's place inside the hash block in its low bits; otherwise each
+    KV block chains (parent key, the ids of the hash blocks it overlaps, its token offset)."""
+    covered = min(prompt_tokens, len(block_hashes) * hash_block_tokens)
+    n = covered // block_size
+    if n <= 0:
+        return []
+    if hash_block_tokens % block_size == 0:
+        m = hash_block_tokens // block_size
+        shift = m.bit_length()
+        parent, bases = 0, []
+        for i in block_hashes[: -(-n // m)]:
+            parent = hash((parent, i))
+            bases.append(parent << shift)
+        if m == 1:
+            return bases
+        out = [g + r for g in bases for r in range(m)]
+        del out[n:]
+        return out
     out: list[int] = []
     parent = 0
-    covered = min(prompt_tokens, len(block_hashes) * hash_block_tokens)
-    for start in range(0, covered - block_size + 1, block_size):
+    for start in range(0, n * block_size, block_size):
         first, last = start // hash_block_tokens, (start + block_size - 1) // hash_block_tokens
         ids = block_hashes[first] if first == last else block_hashes[first:last + 1]
         parent = hash((parent, ids, start % hash_block_tokens))
@@ -71,8 +87,12 @@ class CachedBlockPool:
     """Blocks ``0 .. num_blocks-1``, ref-counted, each of which may carry a prefix hash.
 
     Free blocks without a hash form a FIFO list (handed out lowest-first at the start, so tests
-    can assert exact ids); free blocks with a hash stay findable by their hash and wait in an
-    eviction heap ordered by the policy's key.
+    can assert exact ids); free blocks with a hash stay findable by their hash and wait to be
+    evicted in the policy's key order: a queue in the order they were freed for a policy whose
+    key is the free tick (``IN_FREE_ORDER``), else a heap. Both drop a block that is claimed
+    again lazily: the queue counts a block's entries that are no longer its live one
+    (``_stale``), the heap tags each entry with the block's version. Every operation costs O(1)
+    per block it touches (O(log n) per heap push or pop); nothing walks the pool.
     """
 
     def __init__(self, num_blocks: int, eviction: str = "lru"):
@@ -81,16 +101,27 @@ class CachedBlockPool:
         self.num_blocks = num_blocks
         self._free = deque(range(num_blocks))  # free blocks without a hash, oldest first
         self.key = EVICTION[eviction]
+        self.in_free_order = eviction in IN_FREE_ORDER
         self.ref = [0] * num_blocks
-        self.meta = [BlockMeta() for _ in range(num_blocks)]
-        self.hash_of: dict[int, int] = {}  # block -> hash
+        self.hash_of: list[int | None] = [None] * num_blocks  # block -> its hash
         self.block_of: dict[int, int] = {}  # hash -> block
-        self._heap: list[tuple] = []  # (key, push order, block, version)
+        # what the eviction key may read about each block
+        self.last_access = [0] * num_blocks
+        self.hits = [0] * num_blocks
+        self.cached_at = [0] * num_blocks
+        self._queue: deque[int] = deque()  # IN_FREE_ORDER: free cached blocks, in the order freed
+        self._stale = [0] * num_blocks  # per block: its queue entries that are not its live one
+        self._heap: list[tuple] = []  # otherwise: (key, push order, block, version)
         self._version = [0] * num_blocks
         self._evictable = 0
         self._pushes = 0
         self.evictions = 0
         self.tick = 0
+        # blocks whose eviction a hit lookup must hear of (block -> its place in the last hit
+        # list, see ``PrefixKVManager._hit_blocks``) and the first such place evicted since
+        self.watched: dict[int, int] = {}
+        self.cut: int | None = None
+        self.watched_free = 0  # watched blocks that are free (reference count 0)
 
     @property
     def num_free(self) -> int:
@@ -106,59 +137,113 @@ class CachedBlockPool:
         """Blocks with a non-zero reference count, counted one by one (for checks)."""
         return sum(1 for r in self.ref if r)
 
+    @property
+    def num_evictable(self) -> int:
+        """Free blocks that still carry a hash (findable by a hit until evicted)."""
+        return self._evictable
+
     def take(self, n: int) -> list[int]:
         if n > self.num_free:
             raise RuntimeError(f"asked for {n} blocks with {self.num_free} free")
-        out = []
-        for _ in range(n):
-            b = self._free.popleft() if self._free else self._evict()
-            self.ref[b] = 1
-            out.append(b)
+        free, ref = self._free, self.ref
+        k = min(n, len(free))
+        out = [free.popleft() for _ in range(k)]
+        if k < n:
+            out += self._evict(n - k)
+        for b in out:
+            ref[b] = 1
         return out
 
-    def _evict(self) -> int:
-        while True:
-            _, _, b, version = heapq.heappop(self._heap)
-            if version == self._version[b] and self.ref[b] == 0:
-                break
-        self._evictable -= 1
-        self._version[b] += 1
-        self.evictions += 1
-        del self.block_of[self.hash_of.pop(b)]
-        return b
+    def _evict(self, n: int) -> list[int]:
+        """The ``n`` free cached blocks with the smallest keys, their hashes dropped."""
+        out = []
+        hash_of, block_of, watched = self.hash_of, self.block_of, self.watched
+        if self.in_free_order:
+            queue, stale = self._queue, self._stale
+            while len(out) < n:
+                b = queue.popleft()
+                if stale[b]:
+                    stale[b] -= 1
+                    continue
+                out.append(b)
+        else:
+            heap, version = self._heap, self._version
+            while len(out) < n:
+                _, _, b, v = heapq.heappop(heap)
+                if v == version[b] and self.ref[b] == 0:
+                    version[b] += 1
+                    out.append(b)
+        for b in out:
+            del block_of[hash_of[b]]
+            hash_of[b] = None
+            if watched:
+                p = watched.pop(b, None)
+                if p is not None:
+                    self.watched_free -= 1
+                    if self.cut is None or p < self.cut:
+                        self.cut = p
+        self._evictable -= n
+        self.evictions += n
+        return out
 
-    def claim(self, b: int) -> None:
-        """Reference a cached block found by its hash (a hit)."""
-        if self.ref[b] == 0:
-            self._evictable -= 1
-            self._version[b] += 1
-        self.ref[b] += 1
-        m = self.meta[b]
-        m.hits += 1
-        m.last_access = self.tick
+    def claim(self, blocks: list[int]) -> None:
+        """Reference cached blocks found by their hashes (a hit)."""
+        ref, hits, last_access, tick, watched = self.ref, self.hits, self.last_access, self.tick, self.watched
+        for b in blocks:
+            if ref[b] == 0:
+                self._evictable -= 1
+                if self.in_free_order:
+                    self._stale[b] += 1
+                else:
+                    self._version[b] += 1
+                if b in watched:
+                    self.watched_free -= 1
+            ref[b] += 1
+            hits[b] += 1
+            last_access[b] = tick
 
     def give(self, blocks: list[int]) -> None:
         """Drop one reference from each block; unreferenced blocks become free (tail first, so
         a sequence's last blocks are evicted before its shared prefix)."""
+        ref, hash_of, last_access, tick, free = self.ref, self.hash_of, self.last_access, self.tick, self._free
+        watched, cached = self.watched, []
         for b in reversed(blocks):
-            self.ref[b] -= 1
-            if self.ref[b]:
+            r = ref[b] - 1
+            ref[b] = r
+            if r:
                 continue
-            if b in self.hash_of:
-                self.meta[b].last_access = self.tick
-                self._pushes += 1
-                heapq.heappush(self._heap, (self.key(self.meta[b]), self._pushes, b, self._version[b]))
-                self._evictable += 1
+            if hash_of[b] is None:
+                free.append(b)
             else:
-                self._free.append(b)
-
-    def register(self, b: int, h: int) -> None:
-        """Give a newly filled block its hash, unless another block already caches that hash."""
-        if h in self.block_of or b in self.hash_of:
+                last_access[b] = tick
+                cached.append(b)
+                if watched and b in watched:
+                    self.watched_free += 1
+        if not cached:
             return
-        self.block_of[h] = b
-        self.hash_of[b] = h
-        self.meta[b] = BlockMeta(last_access=self.tick, hits=0, cached_at=self.tick)
+        self._evictable += len(cached)
+        if self.in_free_order:
+            self._queue.extend(cached)
+            return
+        key, heap, version, pushes = self.key, self._heap, self._version, self._pushes
+        hits, cached_at = self.hits, self.cached_at
+        for b in cached:
+            pushes += 1
+            heapq.heappush(heap, (key(tick, hits[b], cached_at[b]), pushes, b, version[b]))
+        self._pushes = pushes
+
+    def register(self, blocks, hashes) -> None:
+        """Give each newly filled block its hash (pairs from ``blocks`` and ``hashes``), unless
+        another block already caches that hash or the block has one."""
+        block_of, hash_of, tick = self.block_of, self.hash_of, self.tick
+        last_access, hits, cached_at = self.last_access, self.hits, self.cached_at
+        for b, h in zip(blocks, hashes):
+            if h in block_of or hash_of[b] is not None:
+                continue
+            block_of[h] = b
+            hash_of[b] = h
+            last_access[b] = cached_at[b] = tick
+            hits[b] = 0
 
 
 class PrefixKVManager(KVManager):
@@ -177,7 +262,7 @@ class PrefixKVManager(KVManager):
         self._chains: dict[int, list[int]] = {}  # request id -> its full prompt blocks' hashes
         self._registered: dict[int, int] = {}  # request id -> leading blocks already offered to the cache
         self._last_chain: tuple = (None, [])
-        self._last_hits: tuple = (None, 0, [])
+        self._last_hits: tuple = (None, [])
 
     # free cached blocks count as free: the pool, not a count of blocks held, says what is in use
     @property
@@ -210,19 +295,43 @@ class PrefixKVManager(KVManager):
         return self._last_chain[1]
 
     def _hit_blocks(self, chain: list[int]) -> list[int]:
-        """Blocks caching ``chain``'s leading hashes. The answer for the last chain is kept until
-        an eviction (registrations only extend it), since the queue's head asks every step."""
-        block_of = self.pool.block_of
-        memo_chain, memo_evictions, out = self._last_hits
-        if memo_chain is not chain or memo_evictions != self.pool.evictions:
+        """Blocks caching ``chain``'s leading hashes. The answer for the last chain is kept (the
+        queue's head asks every step while it waits): registrations can only extend it, and the
+        pool reports the first of its blocks evicted since (``watched``, ``cut``), so each
+        lookup walks only the hashes past what is still known to hit, up to the first miss."""
+        pool = self.pool
+        memo_chain, out = self._last_hits
+        watched = pool.watched
+        ref = pool.ref
+        if memo_chain is not chain:
             out = []
+            watched.clear()
+            pool.cut, pool.watched_free = None, 0
+        elif pool.cut is not None:
+            for b in out[pool.cut:]:
+                if watched.pop(b, None) is not None and ref[b] == 0:
+                    pool.watched_free -= 1
+            del out[pool.cut:]
+            pool.cut = None
+        block_of = pool.block_of
         for h in chain[len(out):]:
             b = block_of.get(h)
             if b is None:
                 break
+            watched[b] = len(out)
             out.append(b)
-        self._last_hits = (chain, self.pool.evictions, out)
+            if ref[b] == 0:
+                pool.watched_free += 1
+        self._last_hits = (chain, out)
         return out
+
+    def cached_blocks(self, chain: list[int]) -> int:
+        block_of, n = self.pool.block_of, 0
+        for h in chain:
+            if h not in block_of:
+                break
+            n += 1
+        return n
 
     def prefix_hit(self, spec, num_tokens: int) -> int:
         hits = self._hit_blocks(self.chain(spec))
@@ -231,24 +340,31 @@ class PrefixKVManager(KVManager):
     def allocate(self, req_id: int, total_tokens: int, *, admit: bool = False, spec=None,
                  cached_tokens: int = 0) -> bool:
         pool = self.pool
-        if req_id in self.tables and self.extra_blocks(req_id, total_tokens) == 0:
+        table = self.tables.get(req_id)
+        if table is not None and -(-total_tokens // self.block_size) <= len(table):
             # nothing to take: no tick, so the clock counts state changes, not calls (a policy
             # that re-asks every step and one that asks only when growing age blocks alike)
-            self._register_full(req_id, total_tokens)
+            if req_id in self._chains:
+                self._register_full(req_id, total_tokens)
             return True
         pool.tick += 1
-        if req_id not in self.tables and spec is not None:
+        if table is None and spec is not None:
             chain = self.chain(spec)
-            hits = list(self._hit_blocks(chain)[: cached_tokens // self.block_size])
+            known = self._hit_blocks(chain)
+            k = cached_tokens // self.block_size
+            hits = known[:k]
             if len(hits) * self.block_size < cached_tokens:
                 return False  # the promised hit was evicted since prefix_hit answered
             fresh = max(0, self.blocks_for(total_tokens) - len(hits))
             if not self.can_allocate(fresh, admit=admit):
                 return False
-            if not self.can_allocate(fresh + sum(1 for b in hits if pool.ref[b] == 0), admit=admit):
-                return False
-            for b in hits:
-                pool.claim(b)
+            # hit blocks that are free leave the free count when claimed
+            if not self.can_allocate(fresh + len(hits), admit=admit):
+                ref = pool.ref
+                free_hits = pool.watched_free - sum(1 for b in known[k:] if ref[b] == 0)
+                if not self.can_allocate(fresh + free_hits, admit=admit):
+                    return False
+            pool.claim(hits)
             self.tables[req_id] = table = hits + pool.take(fresh)
             self.held[req_id] = len(table)
             self._chains[req_id] = chain
@@ -260,14 +376,18 @@ class PrefixKVManager(KVManager):
         return True
 
     def _register_full(self, req_id: int, total_tokens: int) -> None:
+        """Offer ``req_id``'s newly full prompt blocks to the cache (once all are offered, the
+        request is forgotten here)."""
         chain = self._chains.get(req_id)
-        if not chain:
+        if chain is None:
             return
-        table = self.tables[req_id]
+        lo = self._registered[req_id]
         upto = min(len(chain), total_tokens // self.block_size)
-        for j in range(self._registered[req_id], upto):
-            self.pool.register(table[j], chain[j])
-        self._registered[req_id] = max(upto, self._registered[req_id])
+        if upto > lo:
+            self.pool.register(self.tables[req_id][lo:upto], chain[lo:upto])
+            self._registered[req_id] = lo = upto
+        if lo == len(chain):
+            del self._chains[req_id], self._registered[req_id]
 
     def free(self, req_id: int) -> int:
         self.pool.tick += 1

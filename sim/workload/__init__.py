@@ -19,8 +19,9 @@ import numpy as np
 
 from sim.types import RequestSpec
 from sim.workload.config import LengthDist, TraceConfig, WorkloadConfig
+from sim.workload.prefix import HASH_BLOCK_TOKENS
 from sim.workload.synthetic import synthetic_requests
-from sim.workload.traces import read_trace_requests
+from sim.workload.traces import PREFIX_FORMATS, detect_format, read_trace_requests
 
 __all__ = ["Workload", "WorkloadConfig", "LengthDist", "TraceConfig", "build_workload"]
 
@@ -37,7 +38,7 @@ class Workload:
 
 
 def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Generator,
-                   trace_output_bound: bool = False) -> Workload:
+                   trace_output_bound: bool = False, block_tokens: int = HASH_BLOCK_TOKENS) -> Workload:
     """The request stream ``cfg`` describes. Requests longer than ``max_context`` are passed
     through (the engine rejects and counts them) unless ``cfg.clip_to_context`` is set.
     Draws one seed from ``rng``; the stream's own randomness comes from it. A synthetic request
@@ -48,7 +49,10 @@ def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Gene
     ``trace_output_bound`` (for a policy that reserves by the output limit): a trace request
     without a ``max_output_tokens`` column gets the trace's longest output as its limit (within
     the context), as a synthetic one gets its distribution's bound; the trace is read once more,
-    up front, to find it (``info["output_bound"]``)."""
+    up front, to find it (``info["output_bound"]``).
+
+    ``block_tokens``: the tokens per prefix hash of synthetic system prompts and sessions (the
+    engine passes ``kv.block_size``, so they share prefixes at the KV cache's granularity)."""
     info: dict = {}
     seed = np.random.default_rng(int(rng.integers(0, 2**63)))
     bound: list = []  # the trace's longest output, once read
@@ -68,7 +72,8 @@ def build_workload(cfg: WorkloadConfig, *, max_context: int, rng: np.random.Gene
                 info["output_bound"] = bound[0]
                 reqs = _with_limit(reqs, bound[0], max_context)
         else:
-            reqs = synthetic_requests(cfg, own, info, None if cfg.clip_to_context else max_context)
+            reqs = synthetic_requests(cfg, own, info, None if cfg.clip_to_context else max_context,
+                                      block_tokens=block_tokens)
         return _clip(reqs, max_context, info) if cfg.clip_to_context else reqs
 
     return Workload(make, info)
@@ -80,6 +85,26 @@ def _with_limit(reqs: Iterator[RequestSpec], bound: int, max_context: int) -> It
         if r.max_output_tokens is None:
             r = r.with_output_limit(max(1, min(bound, max_context - r.prompt_tokens)))
         yield r
+
+
+def carries_prefix_hashes(cfg: WorkloadConfig) -> bool:
+    """Whether ``cfg``'s requests carry prefix hashes, the only thing a prefix cache can hit:
+    synthetic system prompts or sessions, or a trace format with hash ids (``PREFIX_FORMATS``)."""
+    if cfg.trace is not None:
+        fmt = detect_format(cfg.trace.path) if cfg.trace.format == "auto" else cfg.trace.format
+        return fmt in PREFIX_FORMATS
+    return cfg.closed_loop is None and (cfg.system_prompts is not None or cfg.sessions is not None)
+
+
+def no_shared_prefix_warnings(cfg) -> list[str]:
+    """The line that says why a run with prefix caching on has a hit rate of 0 because its
+    workload shares no prefixes (``cfg``: a whole Config); else none."""
+    if not cfg.kv.prefix_caching or carries_prefix_hashes(cfg.workload):
+        return []
+    what = "the trace has no hash ids" if cfg.workload.trace is not None else "no synthetic prompt shares a prefix"
+    return [f"kv.prefix_caching is on but the workload has no shared prefixes ({what}), so the prefix-cache hit "
+            "rate is 0: add workload.system_prompts or workload.sessions, or replay a trace with hash ids "
+            f"(formats {', '.join(PREFIX_FORMATS)})"]
 
 
 def _clip(reqs: Iterator[RequestSpec], max_context: int, info: dict) -> Iterator[RequestSpec]:

@@ -1,14 +1,17 @@
 """Prefix-block hashes for synthetic sessions, shared system prompts and ShareGPT history.
 
-A prompt is cut into blocks of ``HASH_BLOCK_TOKENS`` tokens; block ``i`` gets the hash
+A prompt is cut into blocks of ``block`` tokens (the engine's ``kv.block_size``, so prompts
+share exactly the tokens the engine's KV blocks share, as vLLM and SGLang hash full KV blocks;
+``HASH_BLOCK_TOKENS`` for callers that name none, e.g. the ShareGPT reader); block ``i`` gets the hash
 ``h_i = mix(h_{i-1}, key_i, fill_i)`` (a hash chain, as in vLLM's prefix caching), where
 ``fill_i`` is the number of tokens in the block (the last block may be partial) and ``key_i``
 names whose content the block holds: a shared system prompt's key when the block lies wholly
 inside that system prompt, otherwise the key of the request's own content (one key per session,
 whose later turns replay its earlier tokens). So two prompts get equal hashes for exactly the
 full blocks their (fictional) token sequences share, and a partial block never matches a full
-one. 64 tokens is a multiple of every usual KV block size (16, 32, 64), so the KV manager maps
-one hash block onto whole KV blocks, as it does for Mooncake's 512-token blocks.
+one. The KV manager maps hash blocks onto KV blocks as it does Mooncake's 512-token blocks;
+with blocks of ``kv.block_size`` tokens the map is one to one, and a 100-token system prompt
+shares its first 96 tokens with 16-token blocks (64 with 64-token hash blocks).
 """
 from __future__ import annotations
 

@@ -111,8 +111,10 @@ def _limit(p: int, max_context: int | None, bound: int | None) -> int | None:
     return limit if bound is None else max(1, min(limit, bound))
 
 
-def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generator, pools: dict) -> Iterator[list]:
-    """Request plans of one source (the workload itself or one tenant), in start order.
+def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generator, pools: dict,
+           block_tokens: int = HASH_BLOCK_TOKENS) -> Iterator[list]:
+    """Request plans of one source (the workload itself or one tenant), in start order; prefix
+    hashes cover ``block_tokens`` tokens each.
     Fields: (prompt, output, block_hashes, session_id, priority, slo_class, tenant, clipped),
     ``clipped`` = (prompt clipped, output clipped) to the length distributions' bounds."""
     prompt = length_draws(src.prompt or cfg.prompt, rng, pools, 0)
@@ -134,13 +136,13 @@ def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generato
         sys_tokens, chain = 0, None
         if sp is not None:
             sys_tokens = sp.tokens
-            chain = HashChain(own_key(uid), shared_key(pick.next()), sys_tokens)
+            chain = HashChain(own_key(uid), shared_key(pick.next()), sys_tokens, block_tokens)
         if ses is None:
             p, o = sys_tokens + prompt.next(), output.next()
             yield [(t, (p, o, chain.hashes(p) if chain else None, None, prio, slo, tenant,
                         (prompt.clipped, output.clipped)))]
             continue
-        chain = chain or HashChain(own_key(uid))
+        chain = chain or HashChain(own_key(uid), block=block_tokens)
         sid = f"{tenant or 's'}-{n}"
         items, hist = [], sys_tokens
         for j in range(turns.next()):
@@ -153,31 +155,36 @@ def _plans(cfg: WorkloadConfig, src, k: int, n_src: int, rng: np.random.Generato
 
 
 def synthetic_requests(cfg: WorkloadConfig, rng: np.random.Generator, info: dict,
-                       max_context: int | None = None) -> Iterator[RequestSpec]:
+                       max_context: int | None = None, block_tokens: int = HASH_BLOCK_TOKENS) -> Iterator[RequestSpec]:
     """The synthetic request stream ``cfg`` describes (see the module docstring). With
     ``max_context`` each request carries its output limit, ``max_output_tokens`` = the context
     minus its prompt (at least 1): the limit the engine gives a request without one, so the
-    engine need not build a second spec to set it. Notes the source in ``info`` at once and
+    engine need not build a second spec to set it. Shared prefixes (system prompts, session
+    history) are hashed in blocks of ``block_tokens`` tokens: the engine passes its
+    ``kv.block_size``, so prompts share the tokens its KV blocks share. Notes the source in ``info`` at once and
     returns the stream itself (the engine reads it directly, not through a delegating generator)."""
     sources = cfg.tenants or [cfg]
     desc = ", ".join(f"{s.name} {s.arrival} at {s.rate}/s" for s in cfg.tenants) if cfg.tenants else f"{cfg.arrival} at {cfg.rate}/s"
     info["source"] = f"synthetic {desc}" + (" sessions" if cfg.sessions else "")
     clipped = info.setdefault("clipped", {"prompt": 0, "output": 0})
     renewal = len(sources) == 1 and cfg.sessions is None and cfg.system_prompts is None and cfg.arrival in ("poisson", "gamma")
-    return (_renewal_requests if renewal else _merged_requests)(cfg, rng, clipped, max_context)
+    if renewal:  # no prefix hashes
+        return _renewal_requests(cfg, rng, clipped, max_context)
+    return _merged_requests(cfg, rng, clipped, max_context, block_tokens)
 
 
 def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict,
-                     max_context: int | None = None) -> Iterator[RequestSpec]:
+                     max_context: int | None = None, block_tokens: int = HASH_BLOCK_TOKENS) -> Iterator[RequestSpec]:
     """Any synthetic stream: each source's plans in time order, the sources merged, numbered,
     stopped at ``num_requests`` or ``duration_s`` (``max_context``: see ``synthetic_requests``)."""
     sources = cfg.tenants or [cfg]
     rngs = [rng] if len(sources) == 1 else [np.random.default_rng(s) for s in rng.integers(0, 2**63, len(sources))]
     pools: dict = {}
-    streams = [in_time_order(_plans(cfg, s, k, len(sources), r, pools), k) for k, (s, r) in enumerate(zip(sources, rngs))]
+    streams = [in_time_order(_plans(cfg, s, k, len(sources), r, pools, block_tokens), k)
+               for k, (s, r) in enumerate(zip(sources, rngs))]
     merged = streams[0] if len(streams) == 1 else heapq.merge(*streams)
     bounds = [output_bound(s.output or cfg.output, pools) for s in sources]
-    hb = HASH_BLOCK_TOKENS
+    hb = block_tokens
     t0, n = None, 0
     for t, k, _, (p, o, hashes, sid, prio, slo, tenant, (p_clip, o_clip)) in merged:
         if t0 is None:

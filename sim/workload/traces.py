@@ -66,6 +66,8 @@ from sim.workload.prefix import HASH_BLOCK_TOKENS, HashChain, own_key
 from sim.workload.arrivals import Draws, arrival_times, in_time_order
 
 MOONCAKE_BLOCK_TOKENS = 512
+PREFIX_FORMATS = ("mooncake", "sharegpt")
+"""Trace formats whose rows carry prefix hashes (Mooncake's ``hash_ids``; ShareGPT's history)."""
 CHARS_PER_TOKEN = 4
 MAX_BAD_LINES = 10
 MAX_LINE_CHARS = 16 * 2**20
