@@ -37,6 +37,19 @@ MAX_GPU_BLOCKS = 10_000_000
 class Parallelism(_Strict):
     tp: int = Field(default=1, ge=1, le=64, description="tensor-parallel degree (GPUs per stage)")
     pp: int = Field(default=1, ge=1, le=64, description="pipeline stages")
+    ep: int = Field(default=1, ge=1, le=1024, description=(
+        "expert-parallel degree: the routed experts are placed ep ways over the tp x dp GPUs of the "
+        "expert group, each expert split tp x dp / ep ways (vLLM --enable-expert-parallel, SGLang "
+        "--ep-size, TRT-LLM moe_ep_size)"))
+    dp: int = Field(default=1, ge=1, le=1024, description=(
+        "attention data-parallel ranks sharing one expert group (vLLM --data-parallel-size, SGLang "
+        "--enable-dp-attention, TRT-LLM attention_dp); priced by the cost model, not yet simulated"))
+
+
+ATTENTION_DP_SIMULATED = False
+"""Whether the engine runs dp > 1 (each DP rank its own scheduler and KV pool, steps synchronised
+over the expert group). Until it does, a config with dp > 1 is refused before any simulation;
+``sim.cost.expert_parallel.dp_step_time`` prices such a step."""
 
 
 class Autoscale(_Strict):
@@ -165,6 +178,13 @@ class Cost(_Strict):
         default=None, description="framework version in the kernel database (default: the newest it holds)")
     profiles_dir: str | None = Field(default=None, description="fitted profiles folder (default: the shipped ones)")
     roofline: Roofline = Roofline()
+    expert_distribution: Literal["balanced", "power_law_1.01", "power_law_1.2"] = Field(
+        default="balanced", description=(
+            "token-to-expert distribution of the kernel database's moe_perf rows that price the routed "
+            "experts (kerneldb; balanced: uniform routing, power_law_*: the measured skewed rows)"))
+    expert_skew: float = Field(default=1.0, ge=1.0, le=100.0, description=(
+        "routed-expert time multiplier for expert-load imbalance: the busiest GPU's load over the mean "
+        "(the slowest rank sets the pace of an expert-parallel step); 1: as the table prices it"))
 
 
 class EngineSection(_Strict):
@@ -248,9 +268,15 @@ class Config(_Strict):
         rule the cost model applies (dtype support: ``_dtype_on_hardware``)."""
         from sim.catalog import get_model
 
-        why = get_model(self.model).parallelism_problem(self.parallelism.tp, self.parallelism.pp)
+        par = self.parallelism
+        card = get_model(self.model)
+        why = card.parallelism_problem(par.tp, par.pp) or card.expert_parallel_problem(par.tp, par.ep, par.dp)
         if why:
             raise ValueError(why)
+        if par.dp > 1 and not ATTENTION_DP_SIMULATED:
+            raise ValueError(f"parallelism.dp: attention data parallelism (dp={par.dp}) cannot be simulated yet "
+                             f"(each DP rank needs its own scheduler and KV pool); the cost model prices its steps "
+                             f"(sim.cost.expert_parallel.dp_step_time); use dp=1, with ep for expert parallelism")
         return self
 
     @model_validator(mode="after")

@@ -199,6 +199,26 @@ class ModelCard:
             return f"pp={pp} does not divide {self.id}'s {self.num_layers} layers"
         return None
 
+    def expert_parallel_problem(self, tp: int, ep: int = 1, dp: int = 1) -> str | None:
+        """Why this model cannot place its routed experts ``ep`` ways over the ``tp`` x ``dp`` GPUs
+        of one expert group (None when it can), as the key to change says first. The group's GPUs
+        hold the experts ``ep`` ways and split each expert's width ``moe_tp`` = tp x dp / ep ways
+        (vLLM and SGLang: ep = tp x dp; TRT-LLM: moe_tp x moe_ep = tp x dp)."""
+        if ep == 1:
+            return None
+        if not self.is_moe:
+            return (f"parallelism.ep: {self.id} has no routed experts (its card gives no num_experts): "
+                    f"expert parallelism needs an MoE model; set ep=1")
+        if self.num_experts % ep:
+            return f"parallelism.ep: ep={ep} does not divide {self.id}'s {self.num_experts} routed experts"
+        if (tp * dp) % ep:
+            return f"parallelism.ep: ep={ep} does not divide the tp x dp = {tp * dp} GPUs of the expert group"
+        moe_tp = tp * dp // ep
+        if self.expert_intermediate % moe_tp:
+            return (f"parallelism.ep: the expert width {self.expert_intermediate} does not split "
+                    f"tp x dp / ep = {moe_tp} ways")
+        return None
+
     def kv_bytes_per_token(self, dtype: str = "bf16") -> int:
         """KV-cache bytes one token occupies across the whole model (all layers, K and V)."""
         return int(self.num_layers * self.kv_elems_per_token_per_layer * DTYPE_BYTES[dtype])

@@ -21,11 +21,18 @@ def make_cost_model(cfg, model, hw) -> CostModel:
     params = RooflineParams(**cfg.cost.roofline.model_dump())
     kw = dict(tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype, kv_dtype=cfg.kv_dtype,
               block_size=cfg.kv.block_size, act_dtype=cfg.precision.activations, comm_dtype=cfg.comm_dtype)
+    par = cfg.parallelism
+    if par.ep > 1 or par.dp > 1 or cfg.cost.expert_skew != 1.0 or cfg.cost.expert_distribution != "balanced":
+        kw |= dict(ep=par.ep, dp=par.dp, expert_distribution=cfg.cost.expert_distribution,
+                   expert_skew=cfg.cost.expert_skew)
+        if cfg.cost.model == "profiled":
+            raise ConfigError("cost.model: profiles are measured at tensor parallelism only; expert parallelism, "
+                              "attention data parallelism and the expert-load knobs need roofline or kerneldb")
     if cfg.cost.model == "kerneldb":
         return _kerneldb(cfg, model, hw, params, kw)
     if cfg.cost.model != "roofline":
-        cm = load_profiled_cost_model(model, hw, params=params, profiles_dir=cfg.cost.profiles_dir,
-                                      required=cfg.cost.model == "profiled", **kw)
+        cm = None if "ep" in kw else load_profiled_cost_model(model, hw, params=params, profiles_dir=cfg.cost.profiles_dir,
+                                                              required=cfg.cost.model == "profiled", **kw)
         if cm is not None:
             return cm
         if cfg.cost.model == "profiled":

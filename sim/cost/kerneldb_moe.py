@@ -45,12 +45,14 @@ from sim.cost import kerneldb_data as kd
 from sim.cost.kerneldb import Grid, KernelDbCostModel, _attn_grid
 from sim.cost.roofline import RooflineCostModel
 
-CACHE_TAG = "moe3"  # bump when the derived layout changes
+CACHE_TAG = "moe4"  # bump when the derived layout changes
 MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5}
 MXFP4_MOE = {"trtllm": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
 """MoE formats of mxfp4 experts by framework, first measured one wins: TRT-LLM runs gpt-oss's
 experts with mxfp8 activations where it has the kernel (Blackwell); others (and TRT-LLM on
 Hopper) dequantise to bf16."""
+DIST_CODE = {"balanced": 0, "power_law_1.01": 1, "power_law_1.2": 2}
+"""Token-to-expert distributions of the ``moe_perf`` rows (``cost.expert_distribution``)."""
 MLA_GEMM_CODE = {"bfloat16": 0, "fp8_block": 2}
 MIN_RESIDUAL = 0.1
 """Floor of an MLA module's attention part, as a fraction of the module time (the subtraction
@@ -90,12 +92,13 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
     mv = _newest(system, "moe", framework, "moe_perf", version)
     if mv:
         mo = kd._read(d / "moe" / framework / mv / "moe_perf.parquet")
-        mo = mo[(mo["moe_ep_size"] == 1) & (mo["distribution"] == "balanced") & mo["moe_dtype"].isin(MOE_CODE)]
+        mo = mo[mo["distribution"].isin(DIST_CODE) & mo["moe_dtype"].isin(MOE_CODE)]
         meta["moe"] = f"{framework} {mv}"
         out["moe|rows"] = np.column_stack(
             [mo[c].to_numpy(dtype=float) for c in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
                                                     "moe_tp_size")]
-            + [mo["moe_dtype"].map(MOE_CODE).to_numpy(dtype=float), mo["latency"].to_numpy(dtype=float) / 1e3])
+            + [mo["moe_dtype"].map(MOE_CODE).to_numpy(dtype=float), mo["latency"].to_numpy(dtype=float) / 1e3,
+               mo["moe_ep_size"].to_numpy(dtype=float), mo["distribution"].map(DIST_CODE).to_numpy(dtype=float)])
     cv = _newest(system, "mla", framework, "mla_context_module_perf", version)
     gv = _newest(system, "mla", framework, "mla_generation_module_perf", version)
     kind = "module" if cv and gv else None
@@ -224,7 +227,11 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         if s.num_experts and self._moe is None:
             self.notes.append(f"MoE experts: roofline (no {self.moe_dtype} moe_perf rows of hidden {s.hidden}, "
                               f"intermediate {model.expert_intermediate}, top-{s.top_k} of {s.num_experts}, "
-                              f"tp {self.tp})")
+                              f"moe_tp {s.moe_tp}, moe_ep {s.ep}, {self._moe_dist})")
+        elif s.num_experts:
+            self.notes.append(f"MoE experts: moe_perf {self.meta.get('moe')} {self.moe_dtype} rows at moe_tp {s.moe_tp}, "
+                              f"moe_ep {s.ep}, {self._moe_dist} routing, by the expert group's tokens"
+                              + (f"; x{self.expert_skew:g} expert-load skew" if self.expert_skew != 1.0 else ""))
         self.notes.append("norms, activation, rotary, embedding, KV write, sampling, logits all-gather: roofline "
                           "(no table)")
         unused = (("attention ctx", "attention gen") if s.mla else ("mla", "mla_bmm")) \
@@ -242,13 +249,27 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         return blk(blk.clamp(x)[0]) > 2.0 * fp8(fp8.clamp(x)[0])
 
     def _moe_grid(self, rows, fmt: str | None = None) -> Grid | None:
+        """The routed experts' time by the expert group's tokens: ``moe_perf`` rows of this shape and
+        format at the real ``moe_tp`` / ``moe_ep`` split and the configured token distribution
+        (``_moe_dist`` says which was used: the balanced rows where the skewed ones are missing)."""
         s, m = self.shapes, self.model
         fmt = fmt or self.moe_dtype
+        self._moe_dist = self.expert_distribution
         if not s.num_experts or rows is None:
             return None
         sel = rows[(rows[:, 1] == m.hidden_size) & (rows[:, 2] == m.expert_intermediate) & (rows[:, 3] == s.top_k)
-                   & (rows[:, 4] == s.num_experts) & (rows[:, 5] == self.tp) & (rows[:, 6] == MOE_CODE[fmt])]
-        return _table1(sel[:, 0], sel[:, 7]) if len(sel) else None
+                   & (rows[:, 4] == s.num_experts) & (rows[:, 5] == s.moe_tp) & (rows[:, 6] == MOE_CODE[fmt])
+                   & (rows[:, 8] == s.ep)]
+        pick = sel[sel[:, 9] == DIST_CODE[self.expert_distribution]]
+        if not len(pick) and self.expert_distribution != "balanced":
+            pick, self._moe_dist = sel[sel[:, 9] == 0], "balanced (no rows of the chosen distribution)"
+        return _table1(pick[:, 0], pick[:, 7]) if len(pick) else None
+
+    def moe(self, tokens: int) -> float:
+        if self._moe is None:
+            return super().moe(tokens)
+        roof = lambda x: RooflineCostModel.moe(self, max(1, round(x[0]))) / self.expert_skew  # noqa: E731
+        return self._lookup(self._moe, roof, (float(tokens),)) * self.expert_skew
 
     def _mla_init(self, arrays: dict, mla_gemm: str) -> None:
         s = self.shapes

@@ -68,7 +68,11 @@ def weight_bytes(model: ModelCard, dtype: str, act_dtype: str = "bf16") -> tuple
     return w, w, w
 
 
-def weights_per_gpu(model: ModelCard, tp: int, pp: int, dtype: str, act_dtype: str = "bf16") -> float:
+def weights_per_gpu(model: ModelCard, tp: int, pp: int, dtype: str, act_dtype: str = "bf16", dp: int = 1) -> float:
+    """Weight bytes on one GPU of the largest pipeline stage. Attention, dense MLPs, shared experts
+    and the embedding are split ``tp`` ways (each of ``dp`` attention data-parallel ranks holds a
+    copy); the routed experts are split over the whole expert group of tp x dp GPUs, whatever the
+    expert-parallel degree (ep ways by expert times tp x dp / ep ways by width)."""
     attn_b, dense_b, expert_b = weight_bytes(model, dtype, act_dtype)
     a = DTYPE_BYTES[act_dtype]
     h, L = model.hidden_size, model.num_layers
@@ -76,7 +80,7 @@ def weights_per_gpu(model: ModelCard, tp: int, pp: int, dtype: str, act_dtype: s
     attn = attn_b * ((model.attn_params_per_layer - rep) / tp + rep)
     mlp = model.dense_layers * dense_b * model.dense_mlp_params / tp
     if model.is_moe:
-        mlp += model.moe_layers * (expert_b * model.num_experts * model.expert_params
+        mlp += model.moe_layers * (expert_b * model.num_experts * model.expert_params / dp
                                    + dense_b * model.num_shared_experts * model.expert_params) / tp
         mlp += model.moe_layers * a * h * model.num_experts  # router, replicated
     layer = attn + mlp / L + a * 2 * h
@@ -139,12 +143,12 @@ class MemoryShortfall(CapacityError):
 def plan_memory(model: ModelCard, hw: HardwareCard, *, tp: int, pp: int, dtype: str, kv_dtype: str,
                 block_size: int, gpu_memory_utilization: float, max_num_batched_tokens: int,
                 max_num_seqs: int, runtime_overhead_gib: float = 1.0,
-                num_gpu_blocks: int | None = None, act_dtype: str = "bf16") -> MemoryPlan:
+                num_gpu_blocks: int | None = None, act_dtype: str = "bf16", dp: int = 1) -> MemoryPlan:
     """Blocks of KV cache per GPU; raises MemoryShortfall (a CapacityError with the numbers as
     fields) when nothing fits. ``dtype`` is the weight dtype, ``act_dtype`` the activation dtype."""
     gpu = hw.usable_memory_bytes
     budget = gpu * gpu_memory_utilization
-    weights = weights_per_gpu(model, tp, pp, dtype, act_dtype)
+    weights = weights_per_gpu(model, tp, pp, dtype, act_dtype, dp)
     act = activation_peak(model, tp, act_dtype, max_num_batched_tokens, max_num_seqs)
     over = runtime_overhead_gib * GIB
     kv_tok = kv_bytes_per_token_per_gpu(model, tp, pp, kv_dtype)
@@ -168,4 +172,4 @@ def memory_for_config(cfg, model: ModelCard, hw: HardwareCard) -> MemoryPlan:
                        gpu_memory_utilization=cfg.kv.gpu_memory_utilization,
                        max_num_batched_tokens=knobs.max_step_tokens, max_num_seqs=knobs.max_num_seqs,
                        runtime_overhead_gib=cfg.kv.runtime_overhead_gib, num_gpu_blocks=cfg.kv.num_gpu_blocks,
-                       act_dtype=cfg.precision.activations)
+                       act_dtype=cfg.precision.activations, dp=cfg.parallelism.dp)

@@ -143,10 +143,13 @@ class RooflineCostModel:
 
     def __init__(self, model: ModelCard, hw: HardwareCard, *, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", kv_dtype: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                 params: RooflineParams | None = None, act_dtype: str = "bf16", comm_dtype: str | None = None):
-        if (why := model.parallelism_problem(tp, pp)) is not None:
+                 params: RooflineParams | None = None, act_dtype: str = "bf16", comm_dtype: str | None = None,
+                 ep: int = 1, dp: int = 1, expert_distribution: str = "balanced", expert_skew: float = 1.0):
+        if (why := model.parallelism_problem(tp, pp) or model.expert_parallel_problem(tp, ep, dp)) is not None:
             raise ValueError(why)
         self.model, self.hw, self.tp, self.pp = model, hw, tp, pp
+        self.ep, self.dp = ep, dp
+        self.expert_distribution, self.expert_skew = expert_distribution, expert_skew
         self.dtype = dtype  # weights
         self.act_dtype = act_dtype
         self.kv_dtype = kv_dtype or act_dtype
@@ -156,7 +159,7 @@ class RooflineCostModel:
         self.cb = DTYPE_BYTES[self.comm_dtype]
         self.block_size = block_size
         self.p = params or RooflineParams()
-        self.shapes: ShardShapes = shard_shapes(model, tp)
+        self.shapes: ShardShapes = shard_shapes(model, tp, ep, dp)
         attn_b, dense_b, expert_b = weight_bytes(model, dtype, act_dtype)
         self.attn_peak = hw.peak_flops(act_dtype)  # attention and unquantised GEMMs
         compute = COMPUTE_DTYPE[dtype] or act_dtype
@@ -202,13 +205,15 @@ class RooflineCostModel:
         each expert touched, activations of every (token, expert) assignment."""
         s = self.shapes
         active, per = expert_tokens(tokens, s.num_experts, s.top_k)
+        if s.ep > 1:  # this GPU's share of the active experts (experts placed ep ways); ``tokens``
+            active = -(-active // s.ep)  # are the whole expert group's
         t = 0.0
         for op in ("expert_gate_up", "expert_down"):
             n, k = s.gemms[op]
             wb, peak = self._gemm_w[op]
             m = active * per  # assignments, rounded up per expert
             t += self._roof(2.0 * m * n * k, self.b * m * (k + n) + wb * active * k * n, self.p.gemm_eff, peak)
-        return t
+        return t * self.expert_skew
 
     @staticmethod
     def _attended(q: int, c: int, window: int) -> float:

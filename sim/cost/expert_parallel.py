@@ -1,0 +1,57 @@
+"""The price of one attention-data-parallel rank's step inside an expert-parallel group.
+
+With ``parallelism.dp`` attention ranks sharing one expert group (vLLM data parallel + expert
+parallel, SGLang ``--enable-dp-attention``, TRT-LLM ``attention_dp``), every MoE layer is a
+collective step: each rank runs attention (and the dense layers, norms, LM head) on its own batch,
+the ranks' tokens meet in the routed experts, and the step ends when the slowest rank does (ranks
+with nothing to do run a dummy batch, as vLLM does). ``dp_step_time`` prices that step from a cost
+model built with the group's ``tp``, ``ep`` and ``dp``:
+
+- each rank's own part: its ``step_time`` less the routed experts of its own tokens;
+- the routed experts once, for the whole group's tokens (``moe``: the kernel database's
+  ``moe_perf`` rows at the real ``moe_tp`` x ``moe_ep`` and token distribution; those rows are
+  timed by the group's total tokens), times the MoE layers;
+- the attention-DP exchange per MoE layer: an all-gather of every rank's hidden states before the
+  experts and a reduce-scatter after (the collective pattern of vLLM's naive dispatch and of
+  SGLang's DP attention), each priced as the roofline collective over the tp x dp GPUs;
+  all-to-all dispatch/combine kernels (DeepEP) are not priced here.
+
+The engine calls it with the batch shape of every rank of one synchronised step.
+"""
+from __future__ import annotations
+
+from sim.cost.roofline import RooflineCostModel
+from sim.types import BatchShape
+
+
+def rank_part(cm, shape: BatchShape) -> float:
+    """One rank's step without the routed experts: attention, dense layers, shared experts, router,
+    norms, LM head, all-reduces within its tp group, CPU overhead."""
+    tokens = sum(shape.new_tokens)
+    return cm.step_time(shape).total - cm.shapes.moe_layers * cm.moe(tokens)
+
+
+def group_part(cm, tokens: int) -> float:
+    """The routed experts and the attention-DP exchange of one step for ``tokens`` tokens of the
+    whole expert group (every MoE layer)."""
+    s = cm.shapes
+    if not s.moe_layers or tokens <= 0:
+        return 0.0
+    exchange = 0.0
+    if cm.dp > 1:
+        nbytes = tokens * s.hidden * cm.cb
+        world = cm.tp * cm.dp
+        # all-gather before the experts, reduce-scatter after: the same bytes over the same GPUs
+        exchange = 2 * RooflineCostModel.collective(cm, "all_gather", nbytes, world)
+    return s.moe_layers * (cm.moe(tokens) + exchange)
+
+
+def dp_step_time(cm, shapes: list[BatchShape]) -> float:
+    """Seconds of one step synchronised over the ``cm.dp`` attention ranks of an expert group:
+    the slowest rank's own part plus the group's routed experts and exchange. ``shapes``: one
+    batch shape per rank (an idle rank: an empty shape, a dummy batch of one token)."""
+    if len(shapes) != cm.dp:
+        raise ValueError(f"dp_step_time: {len(shapes)} batch shapes for {cm.dp} attention ranks")
+    own = [rank_part(cm, sh) if sh.new_tokens else 0.0 for sh in shapes]
+    tokens = sum(max(1, sum(sh.new_tokens)) for sh in shapes)
+    return max(own) + group_part(cm, tokens)

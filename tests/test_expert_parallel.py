@@ -1,0 +1,82 @@
+"""Expert and attention-data parallelism: config checks, memory, and the cost model's price of an
+expert-parallel step (sim/cost/expert_parallel.py)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.catalog import get_hardware, get_model
+from sim.config import load_config
+from sim.cost import make_cost_model
+from sim.cost.expert_parallel import dp_step_time, group_part, rank_part
+from sim.cost.memory import weights_per_gpu
+from sim.cost.roofline import RooflineCostModel
+from sim.errors import ConfigError
+from sim.types import BatchShape
+
+
+def cfg(**par):
+    return {"model": "deepseek-v3", "hardware": "h200-sxm", "dtype": "fp8", "parallelism": {"tp": 8, **par},
+            "cost": {"model": "roofline"}}
+
+
+@pytest.mark.parametrize("over, key, words", [
+    ({"model": "llama-3.1-8b", "dtype": "bf16", "parallelism": {"tp": 8, "ep": 2}}, "parallelism.ep", "no routed experts"),
+    ({"parallelism": {"tp": 8, "ep": 3}}, "parallelism.ep", "does not divide deepseek-v3's 256 routed experts"),
+    ({"parallelism": {"tp": 8, "ep": 16}}, "parallelism.ep", "tp x dp = 8 GPUs"),
+    ({"parallelism": {"tp": 8, "ep": 8, "dp": 2}}, "parallelism.dp", "cannot be simulated yet"),
+])
+def test_bad_expert_parallelism_is_one_line_naming_the_key(over, key, words):
+    with pytest.raises(ConfigError) as e:
+        load_config(cfg() | over)
+    msg = str(e.value)
+    assert key in msg and words in msg and "\n" not in msg
+
+
+def test_expert_parallelism_keeps_the_weight_bytes_and_dp_splits_the_experts():
+    m = get_model("deepseek-v3")
+    tp8 = weights_per_gpu(m, 8, 1, "fp8")
+    assert tp8 == weights_per_gpu(m, 8, 1, "fp8", dp=1)
+    # dp=2 x tp=4: attention held by each tp=4 group, experts over all 8 GPUs
+    dp2 = weights_per_gpu(m, 4, 1, "fp8", dp=2)
+    experts = m.moe_layers * m.num_experts * m.expert_params  # fp8: one byte each
+    assert dp2 - weights_per_gpu(m, 4, 1, "fp8") == pytest.approx(experts / 8 - experts / 4)
+
+
+def test_ep_with_dp1_runs_end_to_end_and_prices_experts_at_the_real_split():
+    from sim.api import simulate
+
+    c = load_config(cfg(ep=8) | {"workload": {"num_requests": 8, "rate": 50.0}, "output": {"plots": False,
+                                                                                          "progress": False}})
+    res = simulate(c, plots=False, progress=False)
+    assert (res.requests["status"] == "finished").sum() == 8
+    cm = make_cost_model(c, get_model(c.model), get_hardware(c.hardware))
+    assert (cm.shapes.ep, cm.shapes.moe_tp) == (8, 1)
+    assert cm.shapes.gemms["expert_down"][1] == 2048  # whole experts, 32 of them on each GPU
+
+
+def test_skew_multiplies_the_routed_experts_only():
+    m, hw = get_model("deepseek-v3"), get_hardware("h200-sxm")
+    base = RooflineCostModel(m, hw, tp=8, ep=8, dtype="fp8")
+    skew = RooflineCostModel(m, hw, tp=8, ep=8, dtype="fp8", expert_skew=1.5)
+    assert skew.moe(512) == pytest.approx(1.5 * base.moe(512))
+    sh = BatchShape((512,), (0,), tp=8)
+    assert skew.step_time(sh).total - base.step_time(sh).total == pytest.approx(
+        m.moe_layers * 0.5 * base.moe(512))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 300), min_size=2, max_size=2))
+def test_a_dp_step_is_the_slowest_rank_plus_the_groups_experts(tokens):
+    m, hw = get_model("deepseek-v3"), get_hardware("h200-sxm")
+    cm = RooflineCostModel(m, hw, tp=4, ep=8, dp=2, dtype="fp8")
+    shapes = [BatchShape(tuple([1] * t), tuple([100] * t), tp=4) for t in tokens]
+    t = dp_step_time(cm, shapes)
+    own = [rank_part(cm, s) if s.new_tokens else 0.0 for s in shapes]
+    assert t == pytest.approx(max(own) + group_part(cm, sum(max(1, x) for x in tokens)))
+    # the step is never faster than either rank alone would be without the other's tokens
+    assert t >= max(own)
+    # more tokens on the busiest rank never makes the step faster
+    more = [BatchShape(tuple([1] * (tokens[0] + 8)), tuple([100] * (tokens[0] + 8)), tp=4), shapes[1]]
+    assert dp_step_time(cm, more) >= t - 1e-12
