@@ -347,7 +347,7 @@ def _aic_configs() -> Path:
 ARCH = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size",
         "vocab_size", "max_context", "num_experts", "experts_top_k", "moe_intermediate_size", "num_shared_experts",
         "first_dense_layers", "attention_kind", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim",
-        "sliding_window", "window_layers", "qkv_bias", "tie_word_embeddings")
+        "sliding_window", "window_layers", "qkv_bias", "tie_word_embeddings", "qk_norm")
 
 
 @pytest.mark.parametrize("card,file", [("qwen3-8b", "Qwen--Qwen3-8B"), ("qwen3-32b", "Qwen--Qwen3-32B"),

@@ -230,3 +230,12 @@ def test_trtllm_guaranteed_no_evict_holds_the_whole_sequence_from_admission():
     s = make("trtllm", 6, max_num_batched_tokens=100, capacity_scheduler_policy="MAX_UTILIZATION")
     s.add(req(0, 8, 8, max_out=8)), s.add(req(1, 8, 8, max_out=8))
     assert step(s).num_new_tokens == {0: 8, 1: 8}  # blocks as tokens come: both fit at first
+
+
+def test_expert_parallel_rows_replay_and_attention_dp_rows_are_counted_apart():
+    df = _csv_rows(rows=[{"id": "ep", "moe_tp_size": 1, "moe_ep_size": 4},
+                         {"id": "adp", "attention_dp_size": 4, "moe_tp_size": 1, "moe_ep_size": 4, "silicon_ttft_ms": 1.0}])
+    rows, skipped = silicon.select(df)
+    assert list(rows["id"]) == ["ep"] and list(rows["ep"]) == [4]
+    assert skipped[silicon.ATTENTION_DP] == 1
+    assert silicon.row_config(rows.iloc[0].to_dict(), "roofline")["parallelism"] == {"tp": 4, "ep": 4}

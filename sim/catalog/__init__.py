@@ -68,6 +68,9 @@ class ModelCard:
     v_head_dim: int | None = None
     # layers that use ``sliding_window`` (None: all layers when a window is set; gpt-oss: 18 of 36)
     sliding_window_layers: int | None = None
+    # a norm of the queries and keys before rotary (Qwen3 and MiniMax-M2: RMSNorm with weights;
+    # Llama-4 Scout: an L2 norm): two more elementwise kernels per layer
+    qk_norm: bool = False
 
     def __post_init__(self):
         if self.attention_kind not in ("gqa", "mla"):

@@ -6,7 +6,9 @@ Supported ``model_type`` values and the keys read (Hugging Face ``transformers``
   ``num_attention_heads``, ``num_key_value_heads`` (default: the attention heads), ``head_dim``
   (default: hidden / heads), ``intermediate_size``, ``vocab_size``, ``max_position_embeddings``,
   ``tie_word_embeddings``, ``sliding_window`` (when ``use_sliding_window`` is not false);
-  ``qwen2`` has QKV biases, ``llama`` has them when ``attention_bias`` is true.
+  ``qwen2`` has QKV biases, ``llama`` has them when ``attention_bias`` is true; ``qwen3`` (and
+  ``qwen3_moe``) normalise each head's query and key (``qk_norm``), as do models with
+  ``use_qk_norm`` (MiniMax-M2, Llama-4 Scout).
 - MoE: ``mixtral`` (``num_local_experts``, ``num_experts_per_tok``; experts of ``intermediate_size``),
   ``qwen3_moe`` (``num_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``; dense layers
   from ``mlp_only_layers`` / ``decoder_sparse_step`` are not supported and rejected),
@@ -93,6 +95,7 @@ def card_from_hf_config(path: str | Path):
         source=f"Hugging Face config.json read from {path.name} (model_type {kind})",
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=kind == "qwen2" or (kind in ("llama", "gpt_oss") and bool(cfg.get("attention_bias"))),
+        qk_norm=kind in ("qwen3", "qwen3_moe") or bool(cfg.get("use_qk_norm")),
     )
     window = cfg.get("sliding_window")
     if window and cfg.get("use_sliding_window", True) is not False:

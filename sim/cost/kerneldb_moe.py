@@ -58,8 +58,18 @@ MIN_RESIDUAL = 0.1
 """Floor of an MLA module's attention part, as a fraction of the module time (the subtraction
 of separately timed GEMMs can leave less than the attention kernel; counted in the notes)."""
 
-FP8_BLOCK_MODELS = ("deepseek-v3", "deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b")
-"""Catalog models whose published fp8 checkpoints are block-scaled (128x128 weight tiles)."""
+FP8_BLOCK_MODELS = ("deepseek-v3", "deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b", "kimi-k2", "glm-5",
+                    "minimax-m2.5")
+"""Catalog models whose published fp8 checkpoints are block-scaled (128x128 weight tiles: the
+``weight_block_size`` of their config.json ``quantization_config``; Kimi-K2-Instruct, zai-org/GLM-5-FP8
+and MiniMax-M2.5 as shipped in aiconfigurator-core 0.12.0's model_configs)."""
+FP8_CHANNEL_MODELS = ("llama-4-scout", "llama-4-maverick")
+"""Catalog models whose fp8 checkpoints scale per output channel with dynamic per-token activation
+scales (meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8, the FP8-dynamic Scout checkpoints). Their
+experts run an fp8 grouped GEMM with finer scales than per-tensor: priced from the block-scaled
+``fp8_block`` MoE rows, not the per-tensor ``fp8`` rows (vLLM 0.24's per-tensor fp8 MoE rows are
+several times slower than its ``fp8_block`` and bf16 rows at decode sizes: not the kernel such a
+checkpoint runs); their dense GEMMs from the per-tensor ``fp8`` GEMM table."""
 
 
 def handles(model) -> bool:
@@ -74,6 +84,8 @@ def weight_formats(model, dtype: str) -> tuple[str, str]:
     g = kd.GEMM_DTYPE[dtype]
     if g == "fp8" and model.id in FP8_BLOCK_MODELS:
         g = "fp8_block"
+    if g == "fp8" and model.id in FP8_CHANNEL_MODELS:
+        return g, "fp8_block"
     return g, g
 
 
@@ -184,6 +196,9 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         RooflineCostModel.__init__(self, model, hw, **kw)
         self._start_tables(framework, version, system, arrays)
         self.gemm_dtype, self.moe_dtype = weight_formats(model, self.dtype)
+        if model.id in FP8_CHANNEL_MODELS and self.moe_dtype == "fp8_block":
+            self.notes.append("fp8 experts of a per-channel / dynamic fp8 checkpoint: the fp8_block MoE rows (the "
+                              "per-tensor fp8 rows time another kernel, several times slower at decode sizes)")
         self.meta.update(dict(s.split("=", 1) for s in arrays.get("moe|meta", np.array([])).tolist()))
         # the tables' own composition: TRT-LLM's static fp8 scales and fused elementwise kernels
         # (``kerneldb.engine_kernels``) are applied to dense models only

@@ -57,6 +57,7 @@ class ShardShapes:
     v_dim: int = 0
     window: int = 0
     window_layers: int = 0
+    qk_norm: bool = False  # per-head q/k norm before rotary (ModelCard.qk_norm)
     ep: int = 1  # expert-parallel degree: this GPU holds num_experts / ep routed experts
     moe_tp: int = 0  # ways each routed expert is split (tp x dp / ep); 0: tp
 
@@ -142,6 +143,7 @@ def shard_shapes(model, tp: int, ep: int = 1, dp: int = 1) -> ShardShapes:
         shared_experts=model.num_shared_experts,
         window=model.sliding_window or 0,
         window_layers=model.window_layers,
+        qk_norm=model.qk_norm,
         ep=ep,
         moe_tp=moe_tp,
         **mla,

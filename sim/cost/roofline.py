@@ -300,6 +300,10 @@ class RooflineCostModel:
             nbytes = 3 * tokens * s.mlp_inter * b
         elif op == "rotary":
             nbytes = 2 * tokens * (s.q_heads + s.kv_heads) * s.head_dim * b
+        elif op == "q_norm":  # per-head RMSNorm of the queries (read, write)
+            nbytes = 2 * tokens * s.q_heads * s.head_dim * b
+        elif op == "k_norm":
+            nbytes = 2 * tokens * s.kv_heads * s.head_dim * b
         elif op == "embedding":
             nbytes = 2 * tokens * s.hidden * b
         elif op == "kv_write":
@@ -389,6 +393,8 @@ class RooflineCostModel:
         s, L = self.shapes, self.model.num_layers
         other = L * (2 * self.elementwise("rmsnorm", tokens) + self.elementwise("silu_mul", tokens)
                      + self.elementwise("rotary", tokens) + self.elementwise("kv_write", tokens))
+        if s.qk_norm:
+            other += L * (self.elementwise("q_norm", tokens) + self.elementwise("k_norm", tokens))
         comm = L * 2 * self.collective("all_reduce", tokens * s.hidden * self.cb, self.tp)
         pp = 0.0
         if self.pp > 1:
