@@ -239,3 +239,10 @@ def test_expert_parallel_rows_replay_and_attention_dp_rows_are_counted_apart():
     assert list(rows["id"]) == ["ep"] and list(rows["ep"]) == [4]
     assert skipped[silicon.ATTENTION_DP] == 1
     assert silicon.row_config(rows.iloc[0].to_dict(), "roofline")["parallelism"] == {"tp": 4, "ep": 4}
+
+
+def test_rows_whose_batch_size_is_not_their_client_count_are_skipped():
+    df = _csv_rows(rows=[{"id": "ok"}, {"id": "split", "batch_size": 8}])  # the provenance says 16 clients
+    rows, skipped = silicon.select(df)
+    assert list(rows["id"]) == ["ok"]
+    assert skipped["batch size differs from the recorded concurrency (silicon_concurrency)"] == 1

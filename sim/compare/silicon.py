@@ -3,7 +3,8 @@ closed-loop benchmarks, and scoring the simulator's TTFT and TPOT against them
 (``servesim validate-silicon``; docs/kernel_database.md).
 
 Each aggregated row is a benchmark at fixed concurrency: ``batch_size`` concurrent clients (equal
-to the ``silicon_concurrency`` recorded in ``silicon_data_source`` on every row), no think time.
+to the ``silicon_concurrency`` recorded in ``silicon_data_source``; rows where they differ outside
+attention data parallelism are skipped, ``_recorded_concurrency``), no think time.
 The replay reproduces the benchmark client each row was measured with (``Client``,
 ``client_for``): how many requests it sends (10 per concurrent slot), that all slots start
 together (the first wave is one burst; the last drains), the length distribution
@@ -111,6 +112,8 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
             skipped[f"system not in the catalog ({r['system']})"] += 1
         elif (r.get("attention_dp_size") or 1) > 1:
             skipped[ATTENTION_DP] += 1
+        elif _recorded_concurrency(r) not in (None, r["batch_size"]):
+            skipped["batch size differs from the recorded concurrency (silicon_concurrency)"] += 1
         elif (r.get("pp_size") or 1) != 1:
             skipped["pipeline parallelism"] += 1
         elif _is_moe(r["model"]) and _moe_split(r) not in (None, r["tp_size"]):
@@ -152,6 +155,17 @@ def _is_moe(model_id: str) -> bool:
     from sim.catalog import get_model
 
     return get_model(model_id).is_moe
+
+
+def _recorded_concurrency(r) -> int | None:
+    """The ``silicon_concurrency`` of a row's provenance, None when it records none. Outside attention
+    data parallelism (where ``batch_size`` is one rank's share) it equals ``batch_size`` except on
+    16 rows of aiconfigurator's Qwen3-32B GB200 / B200 runs (e.g. 288 clients, batch size 144),
+    which a replay of ``batch_size`` clients on one engine would misread."""
+    import re
+
+    m = re.search(r"silicon_concurrency=(\d+)", str(r.get("silicon_data_source", "")))
+    return int(m.group(1)) if m else None
 
 
 def _moe_split(r) -> float | None:
