@@ -80,3 +80,40 @@ def test_a_dp_step_is_the_slowest_rank_plus_the_groups_experts(tokens):
     # more tokens on the busiest rank never makes the step faster
     more = [BatchShape(tuple([1] * (tokens[0] + 8)), tuple([100] * (tokens[0] + 8)), tp=4), shapes[1]]
     assert dp_step_time(cm, more) >= t - 1e-12
+
+
+def _db():
+    from sim.cost import kerneldb_data as kd
+
+    if kd.package_root() is None:
+        pytest.skip("aiconfigurator-core (the kernel database) is not installed")
+    return kd
+
+
+def test_dp_exchange_and_ep_experts_come_from_the_database_tables():
+    import pandas as pd
+
+    from sim.cost.kerneldb import load_kerneldb_cost_model
+
+    kd = _db()
+    m, hw = get_model("deepseek-v3"), get_hardware("h200-sxm")
+    cm = load_kerneldb_cost_model(m, hw, framework="vllm", tp=4, ep=8, dp=2, dtype="fp8")
+    system, version = kd.resolve("h200-sxm", "vllm", None)
+    nccl = kd.versions(system, "comm", "nccl", "nccl_perf")[-1]
+    nc = pd.read_parquet(kd.data_dir(system) / "comm" / "nccl" / nccl / "nccl_perf.parquet")
+    nc = nc[(nc.num_gpus == 8) & (nc.nccl_dtype == "half")]
+    tokens = 64  # 64 x 7168 elements lies between two measured message sizes: the sum of the two
+    elements = tokens * m.hidden_size  # collectives lies between their sums there
+    lo, hi = nc.message_size[nc.message_size <= elements].max(), nc.message_size[nc.message_size >= elements].min()
+    both = [sum(nc[(nc.op_name == op) & (nc.message_size == x)].latency.min() for op in ("all_gather", "reduce_scatter"))
+            / 1e3 for x in (lo, hi)]
+    assert min(both) <= cm.dp_exchange(tokens) <= max(both)
+    assert cm.dp_exchange(tokens) < cm.dp_exchange(4 * tokens)
+    assert any("attention-DP exchange" in n and "nccl_perf" in n for n in cm.notes)
+    # the routed experts at moe_tp 1, moe_ep 8 (whole experts, 32 per GPU), by the group's tokens
+    mv = kd.versions(system, "moe", "vllm", "moe_perf")
+    mo = pd.read_parquet(kd.data_dir(system) / "moe" / "vllm" / (version if version in mv else mv[-1]) / "moe_perf.parquet")
+    mo = mo[(mo.hidden_size == 7168) & (mo.inter_size == 2048) & (mo.topk == 8) & (mo.num_experts == 256)
+            & (mo.moe_tp_size == 1) & (mo.moe_ep_size == 8) & (mo.distribution == "balanced") & (mo.moe_dtype == "fp8_block")]
+    t = int(mo.num_tokens.iloc[len(mo) // 2])
+    assert cm.moe(t) == pytest.approx(mo[mo.num_tokens == t].latency.min() / 1e3, rel=1e-9)

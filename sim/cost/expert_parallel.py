@@ -11,16 +11,17 @@ model built with the group's ``tp``, ``ep`` and ``dp``:
 - the routed experts once, for the whole group's tokens (``moe``: the kernel database's
   ``moe_perf`` rows at the real ``moe_tp`` x ``moe_ep`` and token distribution; those rows are
   timed by the group's total tokens), times the MoE layers;
-- the attention-DP exchange per MoE layer: an all-gather of every rank's hidden states before the
-  experts and a reduce-scatter after (the collective pattern of vLLM's naive dispatch and of
-  SGLang's DP attention), each priced as the roofline collective over the tp x dp GPUs;
-  all-to-all dispatch/combine kernels (DeepEP) are not priced here.
+- the attention-DP exchange per MoE layer (``dp_exchange``): an all-gather of every rank's hidden
+  states before the experts and a reduce-scatter after (vLLM's default ``allgather_reducescatter``
+  all2all backend, SGLang's DP attention without DeepEP), from the kernel database's NCCL tables
+  (``nccl_perf``: 2, 4 and 8 GPUs) where they cover the tp x dp GPUs, else the roofline
+  collective. The database's DeepEP dispatch/combine rows (``moe_a2a_perf``: 8 GPUs, one node) are
+  not used yet.
 
 The engine calls it with the batch shape of every rank of one synchronised step.
 """
 from __future__ import annotations
 
-from sim.cost.roofline import RooflineCostModel
 from sim.types import BatchShape
 
 
@@ -37,13 +38,7 @@ def group_part(cm, tokens: int) -> float:
     s = cm.shapes
     if not s.moe_layers or tokens <= 0:
         return 0.0
-    exchange = 0.0
-    if cm.dp > 1:
-        nbytes = tokens * s.hidden * cm.cb
-        world = cm.tp * cm.dp
-        # all-gather before the experts, reduce-scatter after: the same bytes over the same GPUs
-        exchange = 2 * RooflineCostModel.collective(cm, "all_gather", nbytes, world)
-    return s.moe_layers * (cm.moe(tokens) + exchange)
+    return s.moe_layers * (cm.moe(tokens) + cm.dp_exchange(tokens))
 
 
 def dp_step_time(cm, shapes: list[BatchShape]) -> float:

@@ -45,7 +45,7 @@ from sim.cost import kerneldb_data as kd
 from sim.cost.kerneldb import Grid, KernelDbCostModel, _attn_grid
 from sim.cost.roofline import RooflineCostModel
 
-CACHE_TAG = "moe4"  # bump when the derived layout changes
+CACHE_TAG = "moe5"  # bump when the derived layout changes
 MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5}
 MXFP4_MOE = {"trtllm": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
 """MoE formats of mxfp4 experts by framework, first measured one wins: TRT-LLM runs gpt-oss's
@@ -157,6 +157,16 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
             a[c].to_numpy(dtype=float) for c in ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim")]
             + [(a["kv_cache_dtype"] == "fp8").to_numpy(dtype=float), a["latency"].to_numpy(dtype=float) / 1e3,
                a["window_size"].to_numpy(dtype=float)])
+    # attention-DP exchange: NCCL all-gather and reduce-scatter by GPU count (bf16 messages)
+    nccl_v = kd.versions(system, "comm", "nccl", "nccl_perf")
+    if nccl_v:
+        nc = kd._read(d / "comm" / "nccl" / nccl_v[-1] / "nccl_perf.parquet")
+        nc = nc[nc["op_name"].isin(("all_gather", "reduce_scatter")) & (nc["nccl_dtype"] == "half")]
+        if len(nc):
+            meta["dp exchange"] = f"nccl {nccl_v[-1]}"
+        for (op, gpus), g in nc.groupby(["op_name", "num_gpus"]):
+            (x,), t = kd._grid(g, ["message_size"])
+            out[f"{op}|{int(gpus)}|x"], out[f"{op}|{int(gpus)}|t"] = x, t
     out["moe|meta"] = np.array([f"{k}={v}" for k, v in sorted(meta.items())])
     return out
 
@@ -233,6 +243,12 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                 self.notes += [f"windowed prefill attention {n}" for n in (win[1],) if n]
             self.notes.append(f"decode attention of the {s.window_layers} sliding-window layers: the full-attention "
                               f"table at min(KV, {s.window}) tokens per sequence")
+        self._exchange = {op: Grid([arrays[f"{op}|{self.tp * self.dp}|x"]], arrays[f"{op}|{self.tp * self.dp}|t"])
+                          for op in ("all_gather", "reduce_scatter") if f"{op}|{self.tp * self.dp}|x" in arrays}
+        if self.dp > 1:
+            self.notes.append(f"attention-DP exchange (all-gather before the experts, reduce-scatter after, over "
+                              f"{self.tp * self.dp} GPUs): " + (f"nccl_perf {self.meta.get('dp exchange')}"
+                                                                 if len(self._exchange) == 2 else "roofline (not in nccl_perf)"))
         self._moe = self._moe_grid(arrays.get("moe|rows"))
         for fmt in MXFP4_MOE.get(framework, ()) if self.moe_dtype == "w4a16_mxfp4" else ():
             grid = self._moe_grid(arrays.get("moe|rows"), fmt)
@@ -279,6 +295,15 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         if not len(pick) and self.expert_distribution != "balanced":
             pick, self._moe_dist = sel[sel[:, 9] == 0], "balanced (no rows of the chosen distribution)"
         return _table1(pick[:, 0], pick[:, 7]) if len(pick) else None
+
+    def dp_exchange(self, tokens: int) -> float:
+        if self.dp <= 1 or tokens <= 0:
+            return 0.0
+        if len(self._exchange) < 2:
+            return super().dp_exchange(tokens)
+        world, elements = self.tp * self.dp, float(tokens * self.shapes.hidden)
+        roof = lambda x: RooflineCostModel.collective(self, "all_gather", 2.0 * x[0], world)  # noqa: E731
+        return sum(self._lookup(g, roof, (elements,)) for g in self._exchange.values())
 
     def moe(self, tokens: int) -> float:
         if self._moe is None:

@@ -324,6 +324,15 @@ class RooflineCostModel:
             return self.p.allreduce_latency_s + 2.0 * steps / world * nbytes / link
         return self.p.allreduce_latency_s + steps / world * nbytes / link  # all_gather
 
+    def dp_exchange(self, tokens: int) -> float:
+        """One MoE layer's attention-data-parallel exchange for ``tokens`` tokens of the whole
+        expert group: an all-gather of the ranks' hidden states before the experts and a
+        reduce-scatter of the expert outputs after, over the tp x dp GPUs (0 without DP)."""
+        if self.dp <= 1 or tokens <= 0:
+            return 0.0
+        return 2 * RooflineCostModel.collective(self, "all_gather", tokens * self.shapes.hidden * self.cb,
+                                                self.tp * self.dp)
+
     # ------------------------------------------------------------------ composition
     def _dense_part(self, tokens: int, num_seqs: int) -> tuple[float, float, float, int]:
         """(gemm, other_gpu, comm, out-of-range queries) per step for the operators that depend
