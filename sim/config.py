@@ -247,7 +247,7 @@ class Output(_Strict):
 class Config(_Strict):
     model: str = "llama-3.1-8b"
     hardware: str = "h100-sxm"
-    dtype: Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4"] = Field(default="bf16", description=(
+    dtype: Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int4"] = Field(default="bf16", description=(
         "weight dtype (bytes per parameter incl. block scales; GEMM tensor-core dtype)"))
     precision: Precision = Precision()
     parallelism: Parallelism = Parallelism()
@@ -315,9 +315,9 @@ class Config(_Strict):
             get_hardware(self.hardware).check_dtype(self.dtype)
         except CatalogError as e:
             raise ValueError(f"dtype {self.dtype}: {e}") from None
-        if self.dtype == "mxfp4" and not get_model(self.model).is_moe:
-            raise ValueError(f"dtype mxfp4: quantises the routed experts of an MoE model (the gpt-oss format); "
-                             f"{self.model} has none, use bf16, fp8 or nvfp4")
+        if self.dtype in ("mxfp4", "int4") and not get_model(self.model).is_moe:
+            raise ValueError(f"dtype {self.dtype}: quantises the routed experts of an MoE model (the gpt-oss / "
+                             f"Kimi-K2.5 format); {self.model} has none, use bf16, fp8 or nvfp4")
         return self
 
     @property

@@ -117,3 +117,12 @@ def test_dp_exchange_and_ep_experts_come_from_the_database_tables():
             & (mo.moe_tp_size == 1) & (mo.moe_ep_size == 8) & (mo.distribution == "balanced") & (mo.moe_dtype == "fp8_block")]
     t = int(mo.num_tokens.iloc[len(mo) // 2])
     assert cm.moe(t) == pytest.approx(mo[mo.num_tokens == t].latency.min() / 1e3, rel=1e-9)
+
+
+def test_int4_quantises_only_the_routed_experts():
+    m = get_model("kimi-k2.5")
+    bf16, int4 = weights_per_gpu(m, 8, 1, "bf16"), weights_per_gpu(m, 8, 1, "int4")
+    experts = m.moe_layers * m.num_experts * m.expert_params / 8
+    assert bf16 - int4 == pytest.approx(experts * (2 - 0.5625))  # 4 bits + a bf16 scale per 32
+    with pytest.raises(ConfigError, match="dtype int4: quantises the routed experts"):
+        load_config({"model": "llama-3.1-8b", "dtype": "int4"})

@@ -60,6 +60,8 @@ def test_weight_formats_follow_the_published_checkpoints():
         assert kerneldb_moe.weight_formats(get_model(mid), "fp8") == ("fp8_block", "fp8_block")
     # per-channel / dynamic fp8: per-tensor GEMM table, block-scaled MoE rows
     assert kerneldb_moe.weight_formats(get_model("llama-4-scout"), "fp8") == ("fp8", "fp8_block")
+    # Kimi-K2.5's int4 experts (group 32, weight-only): the int4_wo MoE rows, bf16 GEMMs elsewhere
+    assert kerneldb_moe.weight_formats(get_model("kimi-k2.5"), "int4") == ("bfloat16", "int4_wo")
     assert not kerneldb_moe.handles(get_model("llama-3.1-70b"))
     assert kerneldb_moe.handles(get_model("qwen3-30b-a3b")) and kerneldb_moe.handles(get_model("deepseek-r1"))
 

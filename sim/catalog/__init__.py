@@ -15,18 +15,23 @@ import yaml
 
 HERE = Path(__file__).parent
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp4": 0.53125}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp4": 0.53125, "int4": 0.5625}
 """Bytes per element, block scales included. nvfp4 (NVIDIA ModelOpt / Blackwell): a 4-bit E2M1 value
 plus one FP8 (E4M3) scale per 16 values = 4 + 8/16 = 4.5 bits; mxfp4 (OCP microscaling, gpt-oss): a
-4-bit E2M1 value plus one 8-bit E8M0 scale per 32 values = 4 + 8/32 = 4.25 bits. The per-tensor fp32
-scale of nvfp4 is negligible and not counted."""
+4-bit E2M1 value plus one 8-bit E8M0 scale per 32 values = 4 + 8/32 = 4.25 bits; int4 (Kimi-K2.5's
+compressed-tensors ``pack-quantized`` experts: symmetric 4-bit integers, one bf16 scale per group of
+32) = 4 + 16/32 = 4.5 bits. The per-tensor fp32 scale of nvfp4 is negligible and not counted."""
 
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
-COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": None}
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int4")
+COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": None, "int4": None}
 """Tensor-core dtype a GEMM with these weights runs in. fp8 weights run W8A8 on fp8 tensor cores
 (vLLM's fp8 path on Hopper/Ada/Blackwell/MI300X); nvfp4 runs W4A4 on Blackwell fp4 tensor cores;
-mxfp4 (gpt-oss) is priced weight-only: dequantised and multiplied in the activation dtype (None),
-as vLLM's Triton/Marlin MoE kernels do on Hopper and Ampere."""
+mxfp4 (gpt-oss) and int4 (Kimi-K2.5) are priced weight-only: dequantised and multiplied in the
+activation dtype (None), as vLLM's Triton/Marlin MoE kernels do on Hopper and Ampere."""
+EXPERTS_ONLY = ("mxfp4", "int4")
+"""Weight formats whose checkpoints quantise only the routed experts (gpt-oss's mxfp4 and Kimi-K2.5's
+int4 leave attention, shared experts and dense layers in bf16: their ``modules_to_not_convert`` /
+``ignore`` lists)."""
 
 
 class CatalogError(ValueError):

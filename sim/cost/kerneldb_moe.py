@@ -45,8 +45,8 @@ from sim.cost import kerneldb_data as kd
 from sim.cost.kerneldb import Grid, KernelDbCostModel, _attn_grid
 from sim.cost.roofline import RooflineCostModel
 
-CACHE_TAG = "moe5"  # bump when the derived layout changes
-MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5}
+CACHE_TAG = "moe6"  # bump when the derived layout changes
+MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5, "int4_wo": 6}
 MXFP4_MOE = {"trtllm": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
 """MoE formats of mxfp4 experts by framework, first measured one wins: TRT-LLM runs gpt-oss's
 experts with mxfp8 activations where it has the kernel (Blackwell); others (and TRT-LLM on
@@ -81,6 +81,8 @@ def weight_formats(model, dtype: str) -> tuple[str, str]:
     """(GEMM table dtype, MoE table dtype) of a model served with weight dtype ``dtype``."""
     if dtype == "mxfp4":
         return "bfloat16", "w4a16_mxfp4"
+    if dtype == "int4":  # weight-only int4 experts (group 32): the database's int4_wo MoE rows
+        return "bfloat16", "int4_wo"
     g = kd.GEMM_DTYPE[dtype]
     if g == "fp8" and model.id in FP8_BLOCK_MODELS:
         g = "fp8_block"

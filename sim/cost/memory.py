@@ -10,8 +10,8 @@
   over ``tp`` (vocabulary-parallel) on the first and last stage; norms replicated. The weight
   dtype (block scales included, see ``DTYPE_BYTES``) applies to the linear layers of attention and
   MLP; embedding, LM head, router and norms stay in the activation dtype (vLLM's fp8 and ModelOpt
-  nvfp4 checkpoints leave them unquantised). ``mxfp4`` (gpt-oss) quantises only the routed experts,
-  as its checkpoint's ``modules_to_not_convert`` says.
+  nvfp4 checkpoints leave them unquantised). ``mxfp4`` (gpt-oss) and ``int4`` (Kimi-K2.5) quantise
+  only the routed experts, as their checkpoints' ``modules_to_not_convert`` / ``ignore`` say.
 - KV bytes per token per GPU: K and V of the GPU's KV heads (GQA), or MLA's latent (``kv_lora_rank``
   + ``qk_rope_head_dim``, one per token shared by all heads) replicated on every TP rank: every
   rank's heads attend over the whole latent, and vLLM stores it whole on each rank (which is why
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.catalog import DTYPE_BYTES, HardwareCard, ModelCard
+from sim.catalog import DTYPE_BYTES, EXPERTS_ONLY, HardwareCard, ModelCard
 from sim.errors import CapacityError
 
 GIB = 2**30
@@ -63,7 +63,7 @@ class MemoryPlan:
 def weight_bytes(model: ModelCard, dtype: str, act_dtype: str = "bf16") -> tuple[float, float, float]:
     """Bytes per parameter of (attention linears, dense MLP + shared experts, routed experts)."""
     w, a = DTYPE_BYTES[dtype], DTYPE_BYTES[act_dtype]
-    if dtype == "mxfp4":  # gpt-oss: only the routed experts are mxfp4
+    if dtype in EXPERTS_ONLY:  # gpt-oss, Kimi-K2.5: only the routed experts are quantised
         return a, a, w
     return w, w, w
 

@@ -55,7 +55,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.catalog import COMPUTE_DTYPE, DTYPE_BYTES, HardwareCard, ModelCard
+from sim.catalog import COMPUTE_DTYPE, DTYPE_BYTES, EXPERTS_ONLY, HardwareCard, ModelCard
 from sim.cost.memory import kv_bytes_per_token_per_gpu, weight_bytes
 from sim.cost.ops import ShardShapes, expert_tokens, shard_shapes
 from sim.kv.blocks import DEFAULT_BLOCK_SIZE
@@ -164,8 +164,8 @@ class RooflineCostModel:
         self.attn_peak = hw.peak_flops(act_dtype)  # attention and unquantised GEMMs
         compute = COMPUTE_DTYPE[dtype] or act_dtype
         self.peak = hw.peak_flops(compute)  # GEMMs over quantised weights
-        quant = self.peak if dtype != "mxfp4" else self.attn_peak
-        attn_peak = self.peak if dtype != "mxfp4" else self.attn_peak
+        quant = self.peak if dtype not in EXPERTS_ONLY else self.attn_peak
+        attn_peak = self.peak if dtype not in EXPERTS_ONLY else self.attn_peak
         self._gemm_w: dict[str, tuple[float, float]] = {}  # op -> (weight bytes per element, peak)
         for op in self.shapes.gemms:
             if op in ("lm_head", "router"):
@@ -173,7 +173,7 @@ class RooflineCostModel:
             elif op in ("qkv", "o", "qkv_a", "q_b", "kv_b"):
                 self._gemm_w[op] = (attn_b, attn_peak)
             elif op.startswith("expert_"):
-                self._gemm_w[op] = (expert_b, quant if dtype != "mxfp4" else self.attn_peak)
+                self._gemm_w[op] = (expert_b, quant if dtype not in EXPERTS_ONLY else self.attn_peak)
             else:
                 self._gemm_w[op] = (dense_b, quant)
         self.layers_window = self.shapes.window_layers
