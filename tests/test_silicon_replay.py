@@ -246,3 +246,15 @@ def test_rows_whose_batch_size_is_not_their_client_count_are_skipped():
     rows, skipped = silicon.select(df)
     assert list(rows["id"]) == ["ok"]
     assert skipped["batch size differs from the recorded concurrency (silicon_concurrency)"] == 1
+
+
+def test_inferencemax_tp_times_ep_rows_replay_their_real_placement():
+    # "tp8_ep8" recorded as tp_size 64 = 8 x 8 (moe_tp_size 8, moe_ep_size 8): one 8-GPU node
+    named = {"id": "2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x8192_c4_tp8_ep8_1027", "tp_size": 64,
+             "moe_tp_size": 8, "moe_ep_size": 8}
+    dump = {"id": "dsr1_b200_sglang_fp4_agg_1024x8192_c4_cfg201", "tp_size": 16, "moe_tp_size": 4, "moe_ep_size": 4}
+    true_ep = {"id": "x_tp8_epnone_1", "tp_size": 8, "moe_tp_size": 1, "moe_ep_size": 8}
+    assert [silicon.placement(r) for r in (named, dump, true_ep)] == [(8, 8), (4, 4), (8, 8)]
+    assert silicon.placement({"tp_size": 4, "moe_tp_size": 4, "moe_ep_size": 1}) == (4, 1)
+    rows, _ = silicon.select(_csv_rows(rows=[named]))
+    assert (int(rows["tp"][0]), int(rows["ep"][0])) == (8, 8)

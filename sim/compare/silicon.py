@@ -124,9 +124,9 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
     prec = df["precision"].where(df["precision"].notna(), "bf16")
     native = df["model"].map(FP4_CHECKPOINT)
     prec = prec.replace(PRECISION).where(~((prec == "fp4") & native.notna()), native)
-    ep = df["moe_ep_size"].where(df["moe_ep_size"].notna() & (df["moe_ep_size"] > 0), 1) if "moe_ep_size" in df else 1
-    df = df.assign(dtype=prec.astype(str), concurrency=df["batch_size"].astype(int), tp=df["tp_size"].astype(int),
-                   ep=pd.Series(ep, index=df.index).astype(int) if len(df) else 1)
+    tp_ep = [placement(r) for _, r in df.iterrows()]
+    df = df.assign(dtype=prec.astype(str), concurrency=df["batch_size"].astype(int),
+                   tp=[t for t, _ in tp_ep], ep=[e for _, e in tp_ep])
     if limit is not None:
         df = df.head(limit)
     return df.reset_index(drop=True), skipped
@@ -155,6 +155,28 @@ def _is_moe(model_id: str) -> bool:
     from sim.catalog import get_model
 
     return get_model(model_id).is_moe
+
+
+def placement(r) -> tuple[int, int]:
+    """(attention tp, expert-parallel degree) a row ran with. InferenceMAX's expert-parallel rows
+    record ``tp_size`` as TP x EP (``..._tp8_ep8_...`` has ``tp_size`` 64, ``moe_tp_size`` 8,
+    ``moe_ep_size`` 8: eight GPUs of one node): the TP and EP of the row's id when it names them and
+    their product is ``tp_size``; else, for the same square pattern (``moe_tp_size`` =
+    ``moe_ep_size`` > 1, ``tp_size`` their product; the database dump's copies, whose ids name no
+    TP), TP = EP = ``moe_ep_size``; else ``tp_size`` and ``moe_ep_size`` as recorded."""
+    import re
+
+    def num(key, default=1):
+        v = r.get(key)
+        return default if v is None or (isinstance(v, float) and math.isnan(v)) or v <= 0 else int(v)
+
+    tp, mtp, mep = num("tp_size"), num("moe_tp_size"), num("moe_ep_size")
+    m = re.search(r"_tp(\d+)_ep(\d+)_", str(r.get("id", "")))
+    if m and int(m.group(2)) > 1 and int(m.group(1)) * int(m.group(2)) == tp:
+        return int(m.group(1)), int(m.group(2))
+    if mep > 1 and mtp == mep and tp == mtp * mep:
+        return mep, mep
+    return tp, mep
 
 
 def _recorded_concurrency(r) -> int | None:
