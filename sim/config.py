@@ -182,6 +182,10 @@ class Cost(_Strict):
         default="balanced", description=(
             "token-to-expert distribution of the kernel database's moe_perf rows that price the routed "
             "experts (kerneldb; balanced: uniform routing, power_law_*: the measured skewed rows)"))
+    moe_dispatch: Literal["allgather", "deepep_ll", "deepep_ht"] = Field(default="allgather", description=(
+        "how attention data-parallel ranks exchange tokens around the routed experts (dp > 1): an "
+        "all-gather and a reduce-scatter (vLLM's default, SGLang's DP attention), or DeepEP's "
+        "low-latency / high-throughput dispatch and combine (the database's moe_a2a_perf rows)"))
     expert_skew: float = Field(default=1.0, ge=1.0, le=100.0, description=(
         "routed-expert time multiplier for expert-load imbalance: the busiest GPU's load over the mean "
         "(the slowest rank sets the pace of an expert-parallel step); 1: as the table prices it"))

@@ -126,3 +126,24 @@ def test_int4_quantises_only_the_routed_experts():
     assert bf16 - int4 == pytest.approx(experts * (2 - 0.5625))  # 4 bits + a bf16 scale per 32
     with pytest.raises(ConfigError, match="dtype int4: quantises the routed experts"):
         load_config({"model": "llama-3.1-8b", "dtype": "int4"})
+
+
+def test_deepep_dispatch_and_combine_come_from_moe_a2a_perf():
+    import pandas as pd
+
+    from sim.cost.kerneldb import load_kerneldb_cost_model
+
+    kd = _db()
+    m, hw = get_model("deepseek-v3"), get_hardware("h200-sxm")
+    cm = load_kerneldb_cost_model(m, hw, framework="vllm", tp=1, ep=8, dp=8, dtype="fp8", moe_dispatch="deepep_ll")
+    system, _ = kd.resolve("h200-sxm", "vllm", None)
+    v = kd.versions(system, "comm", "vllm", "moe_a2a_perf")[-1]
+    a = pd.read_parquet(kd.data_dir(system) / "comm" / "vllm" / v / "moe_a2a_perf.parquet")
+    a = a[(a.comm_backend == "deepep_ll") & (a.ep_size == 8) & (a.hidden_size == 7168) & (a.topk == 8)
+          & (a.num_experts == 256) & (a.num_tokens == 64)]
+    want = sum(a[a.phase == ph].latency.min() for ph in ("dispatch", "combine")) / 1e3
+    assert cm.dp_exchange(8 * 64) == pytest.approx(want, rel=1e-9)  # 64 tokens on each of 8 ranks
+    assert any("DeepEP ll dispatch + combine" in n for n in cm.notes)
+    # no rows for 16 GPUs: the all-gather / reduce-scatter, said so
+    wide = load_kerneldb_cost_model(m, hw, framework="vllm", tp=1, ep=16, dp=16, dtype="fp8", moe_dispatch="deepep_ll")
+    assert any("no deepep_ll moe_a2a_perf rows for 16 GPUs" in n for n in wide.notes)

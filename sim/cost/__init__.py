@@ -22,9 +22,11 @@ def make_cost_model(cfg, model, hw) -> CostModel:
     kw = dict(tp=cfg.parallelism.tp, pp=cfg.parallelism.pp, dtype=cfg.dtype, kv_dtype=cfg.kv_dtype,
               block_size=cfg.kv.block_size, act_dtype=cfg.precision.activations, comm_dtype=cfg.comm_dtype)
     par = cfg.parallelism
-    if par.ep > 1 or par.dp > 1 or cfg.cost.expert_skew != 1.0 or cfg.cost.expert_distribution != "balanced":
-        kw |= dict(ep=par.ep, dp=par.dp, expert_distribution=cfg.cost.expert_distribution,
-                   expert_skew=cfg.cost.expert_skew)
+    c = cfg.cost
+    if par.ep > 1 or par.dp > 1 or c.expert_skew != 1.0 or c.expert_distribution != "balanced" \
+            or c.moe_dispatch != "allgather":
+        kw |= dict(ep=par.ep, dp=par.dp, expert_distribution=c.expert_distribution, expert_skew=c.expert_skew,
+                   moe_dispatch=c.moe_dispatch)
         if cfg.cost.model == "profiled":
             raise ConfigError("cost.model: profiles are measured at tensor parallelism only; expert parallelism, "
                               "attention data parallelism and the expert-load knobs need roofline or kerneldb")

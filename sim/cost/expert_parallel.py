@@ -15,8 +15,9 @@ model built with the group's ``tp``, ``ep`` and ``dp``:
   states before the experts and a reduce-scatter after (vLLM's default ``allgather_reducescatter``
   all2all backend, SGLang's DP attention without DeepEP), from the kernel database's NCCL tables
   (``nccl_perf``: 2, 4 and 8 GPUs) where they cover the tp x dp GPUs, else the roofline
-  collective. The database's DeepEP dispatch/combine rows (``moe_a2a_perf``: 8 GPUs, one node) are
-  not used yet.
+  collective; or, with ``cost.moe_dispatch`` ``deepep_ll`` / ``deepep_ht``, DeepEP's dispatch and
+  combine from the database's ``moe_a2a_perf`` rows (vLLM and TRT-LLM: 8 GPUs in one node) by
+  each rank's tokens, the all-gather where they have no row for the group.
 
 The engine calls it with the batch shape of every rank of one synchronised step.
 """

@@ -45,13 +45,15 @@ from sim.cost import kerneldb_data as kd
 from sim.cost.kerneldb import Grid, KernelDbCostModel, _attn_grid
 from sim.cost.roofline import RooflineCostModel
 
-CACHE_TAG = "moe6"  # bump when the derived layout changes
+CACHE_TAG = "moe7"  # bump when the derived layout changes
 MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5, "int4_wo": 6}
 MXFP4_MOE = {"trtllm": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
 """MoE formats of mxfp4 experts by framework, first measured one wins: TRT-LLM runs gpt-oss's
 experts with mxfp8 activations where it has the kernel (Blackwell); others (and TRT-LLM on
 Hopper) dequantise to bf16."""
 DIST_CODE = {"balanced": 0, "power_law_1.01": 1, "power_law_1.2": 2}
+A2A_CODE = {"ll": 0, "ht": 1}
+"""DeepEP kernels of the ``moe_a2a_perf`` rows: low-latency and high-throughput (normal) mode."""
 """Token-to-expert distributions of the ``moe_perf`` rows (``cost.expert_distribution``)."""
 MLA_GEMM_CODE = {"bfloat16": 0, "fp8_block": 2}
 MIN_RESIDUAL = 0.1
@@ -159,6 +161,18 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
             a[c].to_numpy(dtype=float) for c in ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim")]
             + [(a["kv_cache_dtype"] == "fp8").to_numpy(dtype=float), a["latency"].to_numpy(dtype=float) / 1e3,
                a["window_size"].to_numpy(dtype=float)])
+    # DeepEP dispatch / combine (vLLM's and TRT-LLM's moe_a2a_perf: one node of 8 GPUs), bf16 messages
+    av = kd.versions(system, "comm", framework, "moe_a2a_perf")
+    if av:
+        a2 = kd._read(d / "comm" / framework / av[-1] / "moe_a2a_perf.parquet")
+        kind = a2["comm_backend"].str.extract(r"deepep_(ll|ht)$")[0].map(A2A_CODE)
+        a2 = a2.assign(kind=kind)[kind.notna() & a2["comm_dtype"].isin(("default", "bfloat16"))]
+        if len(a2):
+            meta["moe_a2a"] = f"{framework} {av[-1]}"
+            out["a2a|rows"] = np.column_stack(
+                [a2["kind"].to_numpy(dtype=float), (a2["phase"] == "dispatch").to_numpy(dtype=float)]
+                + [a2[c].to_numpy(dtype=float) for c in ("ep_size", "hidden_size", "topk", "num_experts", "num_tokens")]
+                + [a2["latency"].to_numpy(dtype=float) / 1e3])
     # attention-DP exchange: NCCL all-gather and reduce-scatter by GPU count (bf16 messages)
     nccl_v = kd.versions(system, "comm", "nccl", "nccl_perf")
     if nccl_v:
@@ -247,10 +261,16 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                               f"table at min(KV, {s.window}) tokens per sequence")
         self._exchange = {op: Grid([arrays[f"{op}|{self.tp * self.dp}|x"]], arrays[f"{op}|{self.tp * self.dp}|t"])
                           for op in ("all_gather", "reduce_scatter") if f"{op}|{self.tp * self.dp}|x" in arrays}
-        if self.dp > 1:
-            self.notes.append(f"attention-DP exchange (all-gather before the experts, reduce-scatter after, over "
-                              f"{self.tp * self.dp} GPUs): " + (f"nccl_perf {self.meta.get('dp exchange')}"
-                                                                 if len(self._exchange) == 2 else "roofline (not in nccl_perf)"))
+        self._a2a = self._a2a_grids(arrays.get("a2a|rows")) if self.moe_dispatch != "allgather" else None
+        if self.dp > 1 and self._a2a is not None:
+            self.notes.append(f"attention-DP exchange: DeepEP {self.moe_dispatch[-2:]} dispatch + combine, moe_a2a_perf "
+                              f"{self.meta.get('moe_a2a')} at {self.tp * self.dp} GPUs, by each rank's tokens")
+        elif self.dp > 1:
+            self.notes.append(
+                (f"attention-DP exchange: no {self.moe_dispatch} moe_a2a_perf rows for {self.tp * self.dp} GPUs of this "
+                 f"shape, priced as " if self.moe_dispatch != "allgather" else "attention-DP exchange: ")
+                + f"all-gather before the experts, reduce-scatter after, over {self.tp * self.dp} GPUs: "
+                + (f"nccl_perf {self.meta.get('dp exchange')}" if len(self._exchange) == 2 else "roofline (not in nccl_perf)"))
         self._moe = self._moe_grid(arrays.get("moe|rows"))
         for fmt in MXFP4_MOE.get(framework, ()) if self.moe_dtype == "w4a16_mxfp4" else ():
             grid = self._moe_grid(arrays.get("moe|rows"), fmt)
@@ -298,9 +318,24 @@ class KernelDbMoeCostModel(KernelDbCostModel):
             pick, self._moe_dist = sel[sel[:, 9] == 0], "balanced (no rows of the chosen distribution)"
         return _table1(pick[:, 0], pick[:, 7]) if len(pick) else None
 
+    def _a2a_grids(self, rows) -> tuple[Grid, Grid] | None:
+        """(dispatch, combine) by tokens per rank: the ``moe_a2a_perf`` rows of the configured DeepEP
+        mode at this expert group's GPUs and this model's hidden size, top-k and experts."""
+        if rows is None or not self.shapes.num_experts:
+            return None
+        m, s = self.model, self.shapes
+        sel = rows[(rows[:, 0] == A2A_CODE[self.moe_dispatch[-2:]]) & (rows[:, 2] == self.tp * self.dp)
+                   & (rows[:, 3] == m.hidden_size) & (rows[:, 4] == s.top_k) & (rows[:, 5] == s.num_experts)]
+        grids = [_table1(sel[sel[:, 1] == ph][:, 6], sel[sel[:, 1] == ph][:, 7]) for ph in (1.0, 0.0)]
+        return None if None in grids else (grids[0], grids[1])
+
     def dp_exchange(self, tokens: int) -> float:
         if self.dp <= 1 or tokens <= 0:
             return 0.0
+        if self._a2a is not None:  # each rank dispatches and combines its own tokens
+            per = float(max(1, -(-tokens // self.dp)))
+            roof = lambda x: RooflineCostModel.dp_exchange(self, int(x[0]) * self.dp) / 2  # noqa: E731
+            return sum(self._lookup(g, roof, (per,)) for g in self._a2a)
         if len(self._exchange) < 2:
             return super().dp_exchange(tokens)
         world, elements = self.tp * self.dp, float(tokens * self.shapes.hidden)

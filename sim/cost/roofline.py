@@ -144,12 +144,14 @@ class RooflineCostModel:
     def __init__(self, model: ModelCard, hw: HardwareCard, *, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", kv_dtype: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  params: RooflineParams | None = None, act_dtype: str = "bf16", comm_dtype: str | None = None,
-                 ep: int = 1, dp: int = 1, expert_distribution: str = "balanced", expert_skew: float = 1.0):
+                 ep: int = 1, dp: int = 1, expert_distribution: str = "balanced", expert_skew: float = 1.0,
+                 moe_dispatch: str = "allgather"):
         if (why := model.parallelism_problem(tp, pp) or model.expert_parallel_problem(tp, ep, dp)) is not None:
             raise ValueError(why)
         self.model, self.hw, self.tp, self.pp = model, hw, tp, pp
         self.ep, self.dp = ep, dp
         self.expert_distribution, self.expert_skew = expert_distribution, expert_skew
+        self.moe_dispatch = moe_dispatch  # the roofline prices every exchange as all-gather + reduce-scatter
         self.dtype = dtype  # weights
         self.act_dtype = act_dtype
         self.kv_dtype = kv_dtype or act_dtype
