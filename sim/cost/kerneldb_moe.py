@@ -52,9 +52,9 @@ MXFP4_MOE = {"trtllm": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
 experts with mxfp8 activations where it has the kernel (Blackwell); others (and TRT-LLM on
 Hopper) dequantise to bf16."""
 DIST_CODE = {"balanced": 0, "power_law_1.01": 1, "power_law_1.2": 2}
+"""Token-to-expert distributions of the ``moe_perf`` rows (``cost.expert_distribution``)."""
 A2A_CODE = {"ll": 0, "ht": 1}
 """DeepEP kernels of the ``moe_a2a_perf`` rows: low-latency and high-throughput (normal) mode."""
-"""Token-to-expert distributions of the ``moe_perf`` rows (``cost.expert_distribution``)."""
 MLA_GEMM_CODE = {"bfloat16": 0, "fp8_block": 2}
 MIN_RESIDUAL = 0.1
 """Floor of an MLA module's attention part, as a fraction of the module time (the subtraction
@@ -289,7 +289,8 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                           "(no table)")
         unused = (("attention ctx", "attention gen") if s.mla else ("mla", "mla_bmm")) \
             + (("mla_bmm",) if s.mla and self._mla_kind != "kernel" else ()) \
-            + (() if self._ctx_win is not None else ("attention ctx window",)) + (() if s.num_experts else ("moe",))
+            + (() if self._ctx_win is not None else ("attention ctx window",)) + (() if s.num_experts else ("moe",)) \
+            + (() if self.dp > 1 else ("dp exchange",)) + (() if self._a2a is not None and self.dp > 1 else ("moe_a2a",))
         self.meta = {k: v for k, v in self.meta.items() if k not in unused}
 
     # ------------------------------------------------------------------ tables
