@@ -182,8 +182,9 @@ def placement(r) -> tuple[int, int]:
 def _recorded_concurrency(r) -> int | None:
     """The ``silicon_concurrency`` of a row's provenance, None when it records none. Outside attention
     data parallelism (where ``batch_size`` is one rank's share) it equals ``batch_size`` except on
-    16 rows of aiconfigurator's Qwen3-32B GB200 / B200 runs (e.g. 288 clients, batch size 144),
-    which a replay of ``batch_size`` clients on one engine would misread."""
+    27 rows of aiconfigurator's gap-analysis runs (Qwen3-32B on GB200 / B200, DeepSeek NVFP4,
+    gpt-oss on H100; e.g. 288 clients, batch size 144), which a replay of ``batch_size`` clients on
+    one engine would misread."""
     import re
 
     m = re.search(r"silicon_concurrency=(\d+)", str(r.get("silicon_data_source", "")))
