@@ -46,6 +46,14 @@ MAX_GPU_BLOCKS = 10_000_000
 class Parallelism(_Strict):
     tp: int = Field(default=1, ge=1, le=64, description="tensor-parallel degree (GPUs per stage)")
     pp: int = Field(default=1, ge=1, le=64, description="pipeline stages")
+    ep: int = Field(default=1, ge=1, le=1024, description=(
+        "expert-parallel degree: the routed experts are placed ep ways over the tp x dp GPUs of the "
+        "expert group, each expert split tp x dp / ep ways (vLLM --enable-expert-parallel, SGLang "
+        "--ep-size, TRT-LLM moe_ep_size)"))
+    dp: int = Field(default=1, ge=1, le=1024, description=(
+        "attention data-parallel ranks sharing one expert group (vLLM --data-parallel-size, SGLang "
+        "--enable-dp-attention, TRT-LLM attention_dp): each rank its own scheduler and KV pool, steps "
+        "synchronised over the expert group (the engine's Engine._group); replicas count expert groups"))
 
 
 class Autoscale(_Strict):
@@ -195,6 +203,17 @@ class Cost(_Strict):
         "how tokens are sampled: random (temperature softmax + multinomial) or greedy (argmax); "
         "a profile prices it from its rows of that method"))
     roofline: Roofline = Roofline()
+    expert_distribution: Literal["balanced", "power_law_1.01", "power_law_1.2"] = Field(
+        default="balanced", description=(
+            "token-to-expert distribution of the kernel database's moe_perf rows that price the routed "
+            "experts (kerneldb; balanced: uniform routing, power_law_*: the measured skewed rows)"))
+    moe_dispatch: Literal["allgather", "deepep_ll", "deepep_ht"] = Field(default="allgather", description=(
+        "how attention data-parallel ranks exchange tokens around the routed experts (dp > 1): an "
+        "all-gather and a reduce-scatter (vLLM's default, SGLang's DP attention), or DeepEP's "
+        "low-latency / high-throughput dispatch and combine (the database's moe_a2a_perf rows)"))
+    expert_skew: float = Field(default=1.0, ge=1.0, le=100.0, description=(
+        "routed-expert time multiplier for expert-load imbalance: the busiest GPU's load over the mean "
+        "(the slowest rank sets the pace of an expert-parallel step); 1: as the table prices it"))
 
 
 class EngineSection(_Strict):
@@ -257,7 +276,7 @@ class Output(_Strict):
 class Config(_Strict):
     model: str = "llama-3.1-8b"
     hardware: str = "h100-sxm"
-    dtype: Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4", "fp32"] = Field(default="bf16", description=(
+    dtype: Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int4", "fp32"] = Field(default="bf16", description=(
         "weight dtype (bytes per parameter incl. block scales; GEMM tensor-core dtype); fp32 (the "
         "whole model in fp32, activations and KV cache too) only where a profile with fp32 rows exists"))
     precision: Precision = Precision()
@@ -280,9 +299,18 @@ class Config(_Strict):
         rule the cost model applies (dtype support: ``_dtype_on_hardware``)."""
         from sim.catalog import get_model
 
-        why = get_model(self.model).parallelism_problem(self.parallelism.tp, self.parallelism.pp)
+        par = self.parallelism
+        card = get_model(self.model)
+        why = card.parallelism_problem(par.tp, par.pp) or card.expert_parallel_problem(par.tp, par.ep, par.dp)
         if why:
             raise ValueError(why)
+        if par.dp > 1:  # expert groups step as one: what the engine does not simulate with them yet
+            for on, what in ((self.faults.events, "faults are"), (self.cluster.autoscale.enabled, "autoscaling is"),
+                             (self.cluster.prefill_replicas, "prefill/decode disaggregation is"),
+                             (self.engine.workers > 1, "engine.workers > 1 is")):
+                if on:
+                    raise ValueError(f"parallelism.dp: {what} not simulated with attention data parallelism yet; "
+                                     "use dp=1")
         return self
 
     @model_validator(mode="after")
@@ -349,9 +377,9 @@ class Config(_Strict):
             get_hardware(self.hardware).check_dtype(self.dtype)
         except CatalogError as e:
             raise ValueError(f"dtype {self.dtype}: {e}") from None
-        if self.dtype == "mxfp4" and not get_model(self.model).is_moe:
-            raise ValueError(f"dtype mxfp4: quantises the routed experts of an MoE model (the gpt-oss format); "
-                             f"{self.model} has none, use bf16, fp8 or nvfp4")
+        if self.dtype in ("mxfp4", "int4") and not get_model(self.model).is_moe:
+            raise ValueError(f"dtype {self.dtype}: quantises the routed experts of an MoE model (the gpt-oss / "
+                             f"Kimi-K2.5 format); {self.model} has none, use bf16, fp8 or nvfp4")
         return self
 
     @property

@@ -33,7 +33,6 @@ from sim.metrics.requestlog import RequestLog
 from sim.metrics.steplog import ItlLog, ItlSketch, StepLog
 from sim.request import Request
 from sim.scheduler import REGISTRY
-from sim.errors import ConfigError
 from sim.types import BatchShape, StepTime, default_output_limit
 from sim.workload import build_workload
 from sim.workload.closed_loop import Clients
@@ -182,9 +181,7 @@ class Engine:
         self.itl = ItlSketch() if self.sink is not None else ItlLog()
         # attention data parallelism: each replica is an expert group of ``dp`` ranks, each rank
         # its own scheduler and KV pool (a ``Replica``: the routers see ranks); a group steps as one
-        self.dp = getattr(cfg.parallelism, "dp", 1)
-        if self.dp > 1 and (why := dp_refusal(cfg)):
-            raise ConfigError(why)
+        self.dp = getattr(cfg.parallelism, "dp", 1)  # (what dp > 1 does not simulate is refused by the config)
         self.replicas = [self._new_replica(i) for i in range(cfg.cluster.replicas * self.dp)]
         self.disagg = Disaggregation.for_config(cfg, self.replicas, self.hw, self.model)  # None: not disaggregated
         self.entry_pool = self.disagg.entry_pool if self.disagg else self.replicas  # where arrivals go
@@ -714,21 +711,6 @@ def output(eng: Engine, end: float) -> SimOutput:
         warnings=eng.warnings + clip_warnings(eng.workload.info, cfg, eng.admitted),
         faults=eng.dynamics.log.summary(eng.faults, end) if cfg.faults.events else None,
         fleet=eng.dynamics.fleet, speculative=eng.drafter.summary() if eng.drafter is not None else None)
-
-
-def dp_refusal(cfg: Config) -> str | None:
-    """Why ``cfg`` with attention data parallelism (``parallelism.dp`` > 1) cannot be simulated
-    (None when it can): its expert groups step as one, which faults, autoscaling,
-    disaggregation and worker processes do not handle yet."""
-    if cfg.faults.events:
-        return "parallelism.dp: faults are not simulated with attention data parallelism yet; use dp=1 or no faults"
-    if cfg.cluster.autoscale.enabled:
-        return "parallelism.dp: autoscaling is not simulated with attention data parallelism yet; use dp=1"
-    if cfg.cluster.prefill_replicas:
-        return "parallelism.dp: prefill/decode disaggregation is not simulated with attention data parallelism yet"
-    if cfg.engine.workers > 1:
-        return "parallelism.dp: expert groups run in one process; use engine.workers=1"
-    return None
 
 
 def fast_forward_exact(cfg: Config, route) -> bool:

@@ -11,7 +11,7 @@ def test_required_cards_exist_with_sources():
     assert {m.id for m in list_models()} >= set(REQUIRED_MODELS)
     assert {h.id for h in list_hardware()} >= set(REQUIRED_HW)
     for card in [*list_models(), *list_hardware()]:
-        assert card.source and ("reference table" in card.source or "huggingface.co/" in card.source), card.id
+        assert card.source and any(s in card.source for s in ("reference table", "huggingface.co/", "resources.nvidia.com/")), card.id
 
 
 @pytest.mark.parametrize("key,expected", [("Llama-3.1-8B", "llama-3.1-8b"), ("LLAMA-2-70B", "llama-2-70b"),

@@ -220,7 +220,9 @@ def test_hf_repos_map_to_catalog_ids():
     assert catalog_model("meta-llama/Llama-3.1-8B-Instruct") == "llama-3.1-8b"
     assert catalog_model("nvidia/Llama-3.1-8B-Instruct-FP8") == "llama-3.1-8b"
     assert catalog_model("meta-llama/Llama-3.1-70B") == "llama-3.1-70b"
-    assert catalog_model("moonshotai/Kimi-K2.5") is None
+    assert catalog_model("moonshotai/Kimi-K2.5") == "kimi-k2.5"
+    assert catalog_model("zhipuai/GLM-5") == "glm-5"
+    assert catalog_model("Qwen/Qwen3.5-397B-A17B") is None  # hybrid linear attention: no card
 
 
 @needs_db

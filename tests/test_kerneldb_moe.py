@@ -55,6 +55,13 @@ def test_weight_formats_follow_the_published_checkpoints():
     assert kerneldb_moe.weight_formats(get_model("qwen3-235b-a22b"), "fp8") == ("fp8_block", "fp8_block")
     assert kerneldb_moe.weight_formats(get_model("gpt-oss-120b"), "mxfp4") == ("bfloat16", "w4a16_mxfp4")
     assert kerneldb_moe.weight_formats(get_model("mixtral-8x7b"), "fp8") == ("fp8", "fp8")
+    # block-scaled fp8 checkpoints (config.json weight_block_size [128, 128])
+    for mid in ("glm-5", "minimax-m2.5", "kimi-k2"):
+        assert kerneldb_moe.weight_formats(get_model(mid), "fp8") == ("fp8_block", "fp8_block")
+    # per-channel / dynamic fp8: per-tensor GEMM table, block-scaled MoE rows
+    assert kerneldb_moe.weight_formats(get_model("llama-4-scout"), "fp8") == ("fp8", "fp8_block")
+    # Kimi-K2.5's int4 experts (group 32, weight-only): the int4_wo MoE rows, bf16 GEMMs elsewhere
+    assert kerneldb_moe.weight_formats(get_model("kimi-k2.5"), "int4") == ("bfloat16", "int4_wo")
     assert not kerneldb_moe.handles(get_model("llama-3.1-70b"))
     assert kerneldb_moe.handles(get_model("qwen3-30b-a3b")) and kerneldb_moe.handles(get_model("deepseek-r1"))
 
@@ -170,7 +177,7 @@ def test_the_moe_cache_file_holds_exactly_what_the_parquet_gives(tmp_path, monke
     first = kerneldb_moe.load(system, "sglang", version)
     again = kerneldb_moe.load(system, "sglang", version)
     fresh = kerneldb_moe.derive(system, "sglang", version)
-    assert len(list(tmp_path.rglob("*moe3.npz"))) == 1
+    assert len(list(tmp_path.rglob(f"*{kerneldb_moe.CACHE_TAG}.npz"))) == 1
     assert set(first) == set(again) == set(fresh)
     for k in fresh:
         np.testing.assert_array_equal(again[k], fresh[k])

@@ -48,6 +48,46 @@ def test_derived_parameter_counts_match_published(mid, total_b, active_b):
         assert abs(active / 1e9 - active_b) / active_b < 0.02
 
 
+# published figures are rounded to their last digit: the derived count must round to them. These
+# vendors count active parameters without the input embedding (sources in each card's header)
+ROUNDED = [("kimi-k2", 1000, 1000, 32, 1), ("kimi-k2.5", 1000, 1000, 32, 1), ("glm-5", 740, 10, 40, 1),
+           ("minimax-m2.5", 230, 10, 10, 1)]
+
+
+@pytest.mark.parametrize("mid,total_b,total_unit,active_b,active_unit", ROUNDED)
+def test_new_moe_cards_round_to_the_published_figures(mid, total_b, total_unit, active_b, active_unit):
+    m = get_model(mid)
+    assert round(m.total_params / 1e9 / total_unit) * total_unit == total_b
+    assert round((m.active_params - m.vocab_size * m.hidden_size) / 1e9 / active_unit) * active_unit == active_b
+
+
+def test_glm5_total_lacks_only_the_sparse_attention_indexer():
+    # published 744B; the card leaves out DSA's lightning indexer (per layer: q from the q latent to
+    # 32 heads of 128, one key of 128 and 32 head weights from the hidden state), which it does not price
+    m = get_model("glm-5")
+    indexer = m.num_layers * (m.q_lora_rank * 32 * 128 + m.hidden_size * 128 + m.hidden_size * 32)
+    assert abs((m.total_params + indexer) / 1e9 - 744) < 0.5
+
+
+@pytest.mark.parametrize("mid,total_b", [("llama-4-scout", 109), ("llama-4-maverick", 400)])
+def test_llama4_cards_match_the_published_figures(mid, total_b):
+    # Meta's totals include the vision encoder, which the text-only card does not serve: the text
+    # model is at most 1.5% below them; 17B active (embedding and head included) to 2%
+    m = get_model(mid)
+    assert -0.015 < m.total_params / 1e9 / total_b - 1 <= 0.002
+    assert abs(m.active_params / 1e9 / 17 - 1) < 0.02
+
+
+def test_llama4_interleaves_moe_and_chunks_attention():
+    scout, maverick = get_model("llama-4-scout"), get_model("llama-4-maverick")
+    assert (scout.moe_layers, scout.dense_layers, maverick.moe_layers, maverick.dense_layers) == (48, 0, 24, 24)
+    assert maverick.intermediate_size == 16384 and maverick.expert_intermediate == 8192  # dense MLP vs expert
+    assert (scout.sliding_window, scout.window_layers) == (8192, 36)  # 3 of 4 layers chunked, every 4th global
+    # the difference between the two: 24 layers of (128 - 16) more experts, minus 24 of them going dense
+    assert maverick.total_params - scout.total_params == 24 * (129 * maverick.expert_params + 5120 * 128) \
+        - 48 * (17 * scout.expert_params + 5120 * 16) + 24 * maverick.dense_mlp_params
+
+
 def test_moe_with_shared_experts_and_dense_first_layer_counts_by_hand():
     m = tiny(num_experts=4, experts_top_k=2, moe_intermediate_size=3, num_shared_experts=1, first_dense_layers=1)
     # attention 4*(4+2*2) + 4*4 = 48 per layer; dense MLP 3*4*8 = 96; expert 3*4*3 = 36;
@@ -307,13 +347,17 @@ def _aic_configs() -> Path:
 ARCH = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "intermediate_size",
         "vocab_size", "max_context", "num_experts", "experts_top_k", "moe_intermediate_size", "num_shared_experts",
         "first_dense_layers", "attention_kind", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim",
-        "sliding_window", "window_layers", "qkv_bias", "tie_word_embeddings")
+        "sliding_window", "window_layers", "qkv_bias", "tie_word_embeddings", "qk_norm")
 
 
 @pytest.mark.parametrize("card,file", [("qwen3-8b", "Qwen--Qwen3-8B"), ("qwen3-32b", "Qwen--Qwen3-32B"),
                                        ("qwen3-30b-a3b", "Qwen--Qwen3-30B-A3B"), ("gpt-oss-120b", "openai--gpt-oss-120b"),
                                        ("deepseek-v3", "deepseek-ai--DeepSeek-V3"), ("llama-3.1-70b", "meta-llama--Meta-Llama-3.1-70B"),
-                                       ("llama-3.1-8b", "meta-llama--Meta-Llama-3.1-8B"), ("mixtral-8x7b", "mistralai--Mixtral-8x7B-v0.1")])
+                                       ("llama-3.1-8b", "meta-llama--Meta-Llama-3.1-8B"), ("mixtral-8x7b", "mistralai--Mixtral-8x7B-v0.1"),
+                                       ("kimi-k2", "moonshotai--Kimi-K2-Instruct"), ("kimi-k2.5", "moonshotai--Kimi-K2.5"),
+                                       ("glm-5", "zai-org--GLM-5"), ("minimax-m2.5", "MiniMaxAI--MiniMax-M2.5"),
+                                       ("llama-4-scout", "meta-llama--Llama-4-Scout-17B-16E-Instruct"),
+                                       ("llama-4-maverick", "meta-llama--Llama-4-Maverick-17B-128E-Instruct")])
 def test_catalog_cards_equal_the_published_config_json(card, file):
     path = _aic_configs() / f"{file}_config.json"
     from_json, ours = get_model(str(path)), get_model(card)

@@ -119,6 +119,8 @@ def dense_terms(cm: RooflineCostModel, tokens: int, num_seqs: int) -> tuple[floa
     gemm = gemm + cm.gemm("lm_head", num_seqs)
     other = L * (2 * cm.elementwise("rmsnorm", tokens) + cm.elementwise("silu_mul", tokens)
                  + cm.elementwise("rotary", tokens) + cm.elementwise("kv_write", tokens))
+    if s.qk_norm:  # Qwen3's per-head q/k RMSNorm
+        other += L * (cm.elementwise("q_norm", tokens) + cm.elementwise("k_norm", tokens))
     other += cm.elementwise("embedding", tokens) + cm.elementwise("rmsnorm", num_seqs) + cm.sampling(num_seqs)
     comm = L * 2 * cm.collective("all_reduce", tokens * s.hidden * cm.cb, cm.tp)
     comm += cm.collective("all_gather", num_seqs * s.vocab * 4, cm.tp)

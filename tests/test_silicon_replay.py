@@ -16,7 +16,7 @@ GAP = ("source_file=/Users/someone/projects/aic-auto-gap-analysis/data/h100_sxm/
 
 
 def row(**kw) -> dict:
-    base = {"model": "llama-3.1-8b", "hardware": "h100-sxm", "system": "h200_sxm", "dtype": "fp8", "tp": 1,
+    base = {"model": "llama-3.1-70b", "hardware": "h100-sxm", "system": "h200_sxm", "dtype": "fp8", "tp": 1,
             "backend": "trtllm", "isl": 1024, "osl": 1024, "concurrency": 4, "silicon_data_source": IMAX}
     return base | kw
 
@@ -111,6 +111,60 @@ def test_server_settings_follow_the_inferencemax_launch_scripts():
                                                                    "async_scheduling": True}, "kv": {}}
 
 
+IMAX_DSR1 = ("source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=16; measured=2026-02-06T17:21:58Z; "
+             "wip=False; image=nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc6.post3")
+DUMP = "db-dump/2026-04-27; config_id=733; silicon_concurrency=128; workflow_run_id=758; vllm/vllm-openai:v0.19.0-cu130"
+
+
+def test_each_inferencemax_row_gets_its_own_models_launch_script():
+    bs = CLIENTS["bench-serving"]
+    assert client_for(row(silicon_data_source=IMAX_DSR1)).name == "bench-serving"
+    assert client_for(row(silicon_data_source=DUMP)).name == "bench-serving"
+    # DeepSeek-R1 on TRT-LLM, 8k prompts, 16 clients: the dsr1 script's max_num_tokens covers the
+    # longest prompt (8192 x 1.85 = 15155) and the batch: (16 + 15155 + 127) // 64 x 64 = 15296
+    dsr1 = row(model="deepseek-r1", dtype="nvfp4", tp=4, isl=8192, osl=1024, concurrency=16,
+               silicon_data_source=IMAX_DSR1)
+    assert server(dsr1, bs) == {"scheduler": {"name": "trtllm", "max_num_batched_tokens": 15296, "max_tokens_oracle": True,
+                                              "overlap_scheduler": True, "max_num_seqs": 16}, "kv": {"dtype": "fp8"}}
+    # gpt-oss from the Llama rows' own file: none of the 70B script's settings (no 16384, no batch waiting)
+    oss = row(model="gpt-oss-120b", dtype="mxfp4", tp=4)
+    assert server(oss, bs) == {"scheduler": {"name": "trtllm", "max_num_batched_tokens": 20000, "max_tokens_oracle": True,
+                                             "overlap_scheduler": True, "max_num_seqs": 512}, "kv": {}}
+    assert server(oss | {"backend": "vllm"}, bs) == {"scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192,
+                                                                  "async_scheduling": True}, "kv": {}}
+    # a model whose scripts the replay does not reproduce: the framework's defaults
+    assert server(row(model="qwen3-32b", backend="vllm"), bs) == {
+        "scheduler": {"name": "vllm_v1", "max_num_batched_tokens": 8192}, "kv": {}}
+
+
+def _csv_rows(**over) -> "pd.DataFrame":
+    import pandas as pd
+
+    base = {"id": "a", "silicon_data_source": IMAX_DSR1, "backend": "trtllm", "backend_version": "1.2.0rc6",
+            "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "precision": "fp4", "mode": "agg",
+            "isl": 8192, "osl": 1024, "batch_size": 16, "tp_size": 4, "pp_size": 1, "attention_dp_size": 1,
+            "moe_tp_size": 4, "moe_ep_size": 1, "silicon_ttft_ms": 435.761103, "silicon_tpot_ms": 11.50713}
+    return pd.DataFrame([base | o for o in over.get("rows", [{}])])
+
+
+def test_a_measurement_listed_twice_is_replayed_once():
+    df = _csv_rows(rows=[{}, {"id": "b", "silicon_data_source": IMAX.replace("Llama-3.1-70B", "DeepSeek-R1")},
+                         {"id": "c", "silicon_ttft_ms": 389.79}])  # c: another measurement of the same config
+    rows, skipped = silicon.select(df)
+    assert list(rows["id"]) == ["a", "c"]
+    assert sum(v for k, v in skipped.items() if k.startswith("duplicate")) == 1
+
+
+def test_unknown_models_are_counted_as_skipped_not_an_error():
+    df = _csv_rows(rows=[{"model_path": "someone/Unknown-9B"}, {"model_path": "someone/Other-1B", "id": "z"}, {"id": "d"}])
+    rows, skipped = silicon.select(df, limit=2)
+    assert list(rows["id"]) == ["d"]
+    assert skipped["model not in the catalog (someone/Unknown-9B)"] == 1
+    assert skipped["model not in the catalog (someone/Other-1B)"] == 1
+    only_unknown, skipped = silicon.select(df.iloc[:2])  # a column of no catalog id at all
+    assert not len(only_unknown) and sum(skipped.values()) == 2
+
+
 def test_gap_analysis_rows_get_the_engine_limits_aiconfigurator_generates():
     fixed = CLIENTS["fixed"]
     # TRT-LLM: max_batch_size = batch size, max_num_tokens = batch + isl + 1500 in blocks of 32
@@ -176,3 +230,31 @@ def test_trtllm_guaranteed_no_evict_holds_the_whole_sequence_from_admission():
     s = make("trtllm", 6, max_num_batched_tokens=100, capacity_scheduler_policy="MAX_UTILIZATION")
     s.add(req(0, 8, 8, max_out=8)), s.add(req(1, 8, 8, max_out=8))
     assert step(s).num_new_tokens == {0: 8, 1: 8}  # blocks as tokens come: both fit at first
+
+
+def test_expert_parallel_rows_replay_and_attention_dp_rows_are_counted_apart():
+    df = _csv_rows(rows=[{"id": "ep", "moe_tp_size": 1, "moe_ep_size": 4},
+                         {"id": "adp", "attention_dp_size": 4, "moe_tp_size": 1, "moe_ep_size": 4, "silicon_ttft_ms": 1.0}])
+    rows, skipped = silicon.select(df)
+    assert list(rows["id"]) == ["ep"] and list(rows["ep"]) == [4]
+    assert skipped[silicon.ATTENTION_DP] == 1
+    assert silicon.row_config(rows.iloc[0].to_dict(), "roofline")["parallelism"] == {"tp": 4, "ep": 4}
+
+
+def test_rows_whose_batch_size_is_not_their_client_count_are_skipped():
+    df = _csv_rows(rows=[{"id": "ok"}, {"id": "split", "batch_size": 8}])  # the provenance says 16 clients
+    rows, skipped = silicon.select(df)
+    assert list(rows["id"]) == ["ok"]
+    assert skipped["batch size differs from the recorded concurrency (silicon_concurrency)"] == 1
+
+
+def test_inferencemax_tp_times_ep_rows_replay_their_real_placement():
+    # "tp8_ep8" recorded as tp_size 64 = 8 x 8 (moe_tp_size 8, moe_ep_size 8): one 8-GPU node
+    named = {"id": "2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x8192_c4_tp8_ep8_1027", "tp_size": 64,
+             "moe_tp_size": 8, "moe_ep_size": 8}
+    dump = {"id": "dsr1_b200_sglang_fp4_agg_1024x8192_c4_cfg201", "tp_size": 16, "moe_tp_size": 4, "moe_ep_size": 4}
+    true_ep = {"id": "x_tp8_epnone_1", "tp_size": 8, "moe_tp_size": 1, "moe_ep_size": 8}
+    assert [silicon.placement(r) for r in (named, dump, true_ep)] == [(8, 8), (4, 4), (8, 8)]
+    assert silicon.placement({"tp_size": 4, "moe_tp_size": 4, "moe_ep_size": 1}) == (4, 1)
+    rows, _ = silicon.select(_csv_rows(rows=[named]))
+    assert (int(rows["tp"][0]), int(rows["ep"][0])) == (8, 8)

@@ -15,21 +15,26 @@ import yaml
 
 HERE = Path(__file__).parent
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp4": 0.53125, "fp32": 4}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5625, "mxfp4": 0.53125, "int4": 0.5625, "fp32": 4}
 """Bytes per element, block scales included. nvfp4 (NVIDIA ModelOpt / Blackwell): a 4-bit E2M1 value
 plus one FP8 (E4M3) scale per 16 values = 4 + 8/16 = 4.5 bits; mxfp4 (OCP microscaling, gpt-oss): a
-4-bit E2M1 value plus one 8-bit E8M0 scale per 32 values = 4 + 8/32 = 4.25 bits. The per-tensor fp32
-scale of nvfp4 is negligible and not counted."""
+4-bit E2M1 value plus one 8-bit E8M0 scale per 32 values = 4 + 8/32 = 4.25 bits; int4 (Kimi-K2.5's
+compressed-tensors ``pack-quantized`` experts: symmetric 4-bit integers, one bf16 scale per group of
+32) = 4 + 16/32 = 4.5 bits. The per-tensor fp32 scale of nvfp4 is negligible and not counted."""
 
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
-COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": None, "fp32": None}
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int4")
+COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": None, "int4": None, "fp32": None}
 """Tensor-core dtype a GEMM with these weights runs in. fp8 weights run W8A8 on fp8 tensor cores
 (vLLM's fp8 path on Hopper/Ada/Blackwell/MI300X); nvfp4 runs W4A4 on Blackwell fp4 tensor cores;
-mxfp4 (gpt-oss) is priced weight-only: dequantised and multiplied in the activation dtype (None),
-as vLLM's Triton/Marlin MoE kernels do on Hopper and Ampere. fp32 (the whole model in fp32, as
-PyTorch runs on a CPU) has no tensor-core peak in the cards: it is simulated only from a profile
-with fp32 rows, whose roofline fallback uses the bf16 peak with efficiency factors fitted on
-those fp32 rows (the factors absorb the ratio; ``calibration.fit``)."""
+mxfp4 (gpt-oss) and int4 (Kimi-K2.5) are priced weight-only: dequantised and multiplied in the
+activation dtype (None), as vLLM's Triton/Marlin MoE kernels do on Hopper and Ampere. fp32 (the
+whole model in fp32, as PyTorch runs on a CPU) has no tensor-core peak in the cards: it is
+simulated only from a profile with fp32 rows, whose roofline fallback uses the bf16 peak with
+efficiency factors fitted on those fp32 rows (the factors absorb the ratio; ``calibration.fit``)."""
+EXPERTS_ONLY = ("mxfp4", "int4")
+"""Weight formats whose checkpoints quantise only the routed experts (gpt-oss's mxfp4 and Kimi-K2.5's
+int4 leave attention, shared experts and dense layers in bf16: their ``modules_to_not_convert`` /
+``ignore`` lists)."""
 
 
 class CatalogError(ValueError):
@@ -71,6 +76,9 @@ class ModelCard:
     v_head_dim: int | None = None
     # layers that use ``sliding_window`` (None: all layers when a window is set; gpt-oss: 18 of 36)
     sliding_window_layers: int | None = None
+    # a norm of the queries and keys before rotary (Qwen3 and MiniMax-M2: RMSNorm with weights;
+    # Llama-4 Scout: an L2 norm): two more elementwise kernels per layer
+    qk_norm: bool = False
 
     def __post_init__(self):
         self._check_shape()
@@ -223,6 +231,26 @@ class ModelCard:
             return f"tp={tp} does not divide {self.id}'s expert intermediate size {self.expert_intermediate}"
         if self.num_layers % pp:
             return f"pp={pp} does not divide {self.id}'s {self.num_layers} layers"
+        return None
+
+    def expert_parallel_problem(self, tp: int, ep: int = 1, dp: int = 1) -> str | None:
+        """Why this model cannot place its routed experts ``ep`` ways over the ``tp`` x ``dp`` GPUs
+        of one expert group (None when it can), as the key to change says first. The group's GPUs
+        hold the experts ``ep`` ways and split each expert's width ``moe_tp`` = tp x dp / ep ways
+        (vLLM and SGLang: ep = tp x dp; TRT-LLM: moe_tp x moe_ep = tp x dp)."""
+        if ep == 1:
+            return None
+        if not self.is_moe:
+            return (f"parallelism.ep: {self.id} has no routed experts (its card gives no num_experts): "
+                    f"expert parallelism needs an MoE model; set ep=1")
+        if self.num_experts % ep:
+            return f"parallelism.ep: ep={ep} does not divide {self.id}'s {self.num_experts} routed experts"
+        if (tp * dp) % ep:
+            return f"parallelism.ep: ep={ep} does not divide the tp x dp = {tp * dp} GPUs of the expert group"
+        moe_tp = tp * dp // ep
+        if self.expert_intermediate % moe_tp:
+            return (f"parallelism.ep: the expert width {self.expert_intermediate} does not split "
+                    f"tp x dp / ep = {moe_tp} ways")
         return None
 
     def kv_bytes_per_token(self, dtype: str = "bf16") -> int:

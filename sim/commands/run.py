@@ -6,7 +6,7 @@ from sim.commands.common import HelpFormatter, add_config_args, nonneg_int, posi
 SHORTCUTS = [
     ("--model", "model", str, "catalog model id (e.g. llama-3.1-70b), a card .yaml or a Hugging Face config.json"),
     ("--hardware", "hardware", str, "catalog hardware id, e.g. a100-80gb"),
-    ("--dtype", "dtype", str, "weight dtype: bf16, fp16, fp8, nvfp4 (Blackwell), mxfp4 (gpt-oss)"),
+    ("--dtype", "dtype", str, "weight dtype: bf16, fp16, fp8, nvfp4 (Blackwell), mxfp4 (gpt-oss), int4 (Kimi-K2.5 experts)"),
     ("--tp", "parallelism.tp", positive_int, "tensor-parallel degree"),
     ("--pp", "parallelism.pp", positive_int, "pipeline stages"),
     ("--cost-model", "cost.model", str, "auto, kerneldb, profiled or roofline"),

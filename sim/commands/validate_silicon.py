@@ -108,7 +108,7 @@ def run(args) -> int:
         out[f"{cm}_ttft_ms"] = [r.get("ttft_ms") for r in res]
         out[f"{cm}_tpot_ms"] = [r.get("tpot_ms") for r in res]
     keep = ["id", "model_path", "model", "system", "hardware", "backend", "backend_version", "precision", "dtype",
-            "mode", "isl", "osl", "concurrency", "bucket", "tp", "client", "fitted_by", "silicon_ttft_ms",
+            "mode", "isl", "osl", "concurrency", "bucket", "tp", "ep", "client", "fitted_by", "silicon_ttft_ms",
             "silicon_tpot_ms"]
     out = out[keep + [c for c in out.columns if c.startswith(tuple(models))]]
     scored = out.dropna(subset=[f"{cm}_tpot_ms" for cm in models])

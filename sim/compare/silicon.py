@@ -3,7 +3,8 @@ closed-loop benchmarks, and scoring the simulator's TTFT and TPOT against them
 (``servesim validate-silicon``; docs/kernel_database.md).
 
 Each aggregated row is a benchmark at fixed concurrency: ``batch_size`` concurrent clients (equal
-to the ``silicon_concurrency`` recorded in ``silicon_data_source`` on every row), no think time.
+to the ``silicon_concurrency`` recorded in ``silicon_data_source``; rows where they differ outside
+attention data parallelism are skipped, ``_recorded_concurrency``), no think time.
 The replay reproduces the benchmark client each row was measured with (``Client``,
 ``client_for``): how many requests it sends (10 per concurrent slot), that all slots start
 together (the first wave is one burst; the last drains), the length distribution
@@ -100,14 +101,19 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
         df = df[df["backend"].isin(backends)]
     if models:
         df = df[df["model"].isin(models) | df["model_path"].isin(models)]
+    df, dups = deduplicate(df)
+    if dups:
+        skipped["duplicate of another row's measurement (same configuration, same measured TTFT and TPOT)"] += dups
     keep = []
     for i, r in df.iterrows():
         if not isinstance(r["model"], str):  # None, or NaN once pandas has seen no id at all
             skipped[f"model not in the catalog ({r['model_path']})"] += 1
         elif r["hardware"] is None or (isinstance(r["hardware"], float) and math.isnan(r["hardware"])):
             skipped[f"system not in the catalog ({r['system']})"] += 1
-        elif (r.get("attention_dp_size") or 1) > 1 or (r.get("moe_ep_size") or 1) > 1:
-            skipped["attention data parallelism or expert parallelism"] += 1
+        elif (r.get("attention_dp_size") or 1) > 1:
+            skipped[ATTENTION_DP] += 1
+        elif _recorded_concurrency(r) not in (None, r["batch_size"]):
+            skipped["batch size differs from the recorded concurrency (silicon_concurrency)"] += 1
         elif (r.get("pp_size") or 1) != 1:
             skipped["pipeline parallelism"] += 1
         elif _is_moe(r["model"]) and _moe_split(r) not in (None, r["tp_size"]):
@@ -118,16 +124,71 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
     prec = df["precision"].where(df["precision"].notna(), "bf16")
     native = df["model"].map(FP4_CHECKPOINT)
     prec = prec.replace(PRECISION).where(~((prec == "fp4") & native.notna()), native)
-    df = df.assign(dtype=prec.astype(str), concurrency=df["batch_size"].astype(int), tp=df["tp_size"].astype(int))
+    tp_ep = [placement(r) for _, r in df.iterrows()]
+    df = df.assign(dtype=prec.astype(str), concurrency=df["batch_size"].astype(int),
+                   tp=[t for t, _ in tp_ep], ep=[e for _, e in tp_ep])
     if limit is not None:
         df = df.head(limit)
     return df.reset_index(drop=True), skipped
+
+
+MEASUREMENT = ("model_path", "system", "backend", "precision", "mode", "isl", "osl", "batch_size", "tp_size", "pp_size",
+               "attention_dp_size", "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
+"""What identifies one measurement: the csv holds some twice (InferenceMAX's DeepSeek-R1, gpt-oss, GLM-5 and
+MiniMax-M2.5 runs in both ``2026-03-25.csv`` and ``2026-04-06.csv``, some also in a database dump), with the
+same configuration and the same measured TTFT and TPOT but different provenance strings."""
+
+
+def deduplicate(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The rows with each measurement once (its first row in the csv), and how many copies were dropped."""
+    cols = [c for c in MEASUREMENT if c in df.columns]
+    dup = df.duplicated(cols, keep="first")
+    return df[~dup], int(dup.sum())
+
+
+ATTENTION_DP = "attention data parallelism (dp > 1: its rows are not replayed yet)"
+"""The skip reason of the rows measured with attention data parallelism, counted apart: the cost
+model prices their steps (``sim.cost.expert_parallel``), the engine does not run DP ranks yet."""
 
 
 def _is_moe(model_id: str) -> bool:
     from sim.catalog import get_model
 
     return get_model(model_id).is_moe
+
+
+def placement(r) -> tuple[int, int]:
+    """(attention tp, expert-parallel degree) a row ran with. InferenceMAX's expert-parallel rows
+    record ``tp_size`` as TP x EP (``..._tp8_ep8_...`` has ``tp_size`` 64, ``moe_tp_size`` 8,
+    ``moe_ep_size`` 8: eight GPUs of one node): the TP and EP of the row's id when it names them and
+    their product is ``tp_size``; else, for the same square pattern (``moe_tp_size`` =
+    ``moe_ep_size`` > 1, ``tp_size`` their product; the database dump's copies, whose ids name no
+    TP), TP = EP = ``moe_ep_size``; else ``tp_size`` and ``moe_ep_size`` as recorded."""
+    import re
+
+    def num(key, default=1):
+        v = r.get(key)
+        return default if v is None or (isinstance(v, float) and math.isnan(v)) or v <= 0 else int(v)
+
+    tp, mtp, mep = num("tp_size"), num("moe_tp_size"), num("moe_ep_size")
+    m = re.search(r"_tp(\d+)_ep(\d+)_", str(r.get("id", "")))
+    if m and int(m.group(2)) > 1 and int(m.group(1)) * int(m.group(2)) == tp:
+        return int(m.group(1)), int(m.group(2))
+    if mep > 1 and mtp == mep and tp == mtp * mep:
+        return mep, mep
+    return tp, mep
+
+
+def _recorded_concurrency(r) -> int | None:
+    """The ``silicon_concurrency`` of a row's provenance, None when it records none. Outside attention
+    data parallelism (where ``batch_size`` is one rank's share) it equals ``batch_size`` except on
+    27 rows of aiconfigurator's gap-analysis runs (Qwen3-32B on GB200 / B200, DeepSeek NVFP4,
+    gpt-oss on H100; e.g. 288 clients, batch size 144), which a replay of ``batch_size`` clients on
+    one engine would misread."""
+    import re
+
+    m = re.search(r"silicon_concurrency=(\d+)", str(r.get("silicon_data_source", "")))
+    return int(m.group(1)) if m else None
 
 
 def _moe_split(r) -> float | None:
@@ -170,7 +231,12 @@ CLIENTS = {c.name: c for c in (
     Client("steady", 3, 1, 1.0,
            "fixed lengths; the burst wave and the drain wave are left out (steady state only)", drain=False),
 )}
-INFERENCEMAX_SOURCE = "source_file=2026-04-06.csv"
+INFERENCEMAX_SOURCES = ("source_file=2026-04-06.csv", "source_file=2026-03-25.csv", "db-dump/")
+"""Provenance prefixes of InferenceMAX's runs in ``silicon_data_source``: its two result files and the
+database dump that shares measurements with them (same configuration, same measured TTFT and TPOT)."""
+LAUNCH_SCRIPTS = {"llama-3.1-70b": "70b", "deepseek-r1": "dsr1", "gpt-oss-120b": "gptoss"}
+"""Catalog model -> the InferenceMAX launch scripts (``benchmarks/<name>_*.sh``) whose server settings
+``server`` reproduces; the other models' rows run each framework's defaults."""
 GAP_ANALYSIS_SOURCE = "/aic-auto-gap-analysis/"
 """Folder in ``silicon_data_source`` of aiconfigurator's gap-analysis runs (Llama-3.1-8B: TRT-LLM
 1.0.0rc3 on H100, SGLang 0.5.6.post2 and vLLM 0.12.0 on H200): servers launched with the engine
@@ -207,28 +273,49 @@ def generated_engine(backend: str, batch_size: int, isl: int) -> dict:
     return {}
 
 
+def inferencemax(row) -> bool:
+    """Whether a row is one of InferenceMAX's runs (``INFERENCEMAX_SOURCES``)."""
+    return str(row.get("silicon_data_source", "")).startswith(INFERENCEMAX_SOURCES)
+
+
 def client_for(row, name: str = "auto") -> Client:
-    """The client a row was measured with: ``auto`` reads the row's provenance. The csv's
-    Llama-3.1-70B rows from ``2026-04-06.csv`` (measured 2025-10-29) are InferenceMAX's grid
-    (ISL/OSL 1k/1k, 1k/8k, 8k/1k; concurrency 4-64, 128 for TRT-LLM; vLLM and TRT-LLM on
-    H100/H200/B200, fp8 and fp4), whose published client is ``bench-serving``; the other rows
-    name no client and get ``fixed``."""
+    """The client a row was measured with: ``auto`` reads the row's provenance. InferenceMAX's rows
+    (``2026-04-06.csv``, ``2026-03-25.csv`` and the database dump: Llama-3.1-70B, DeepSeek-R1,
+    gpt-oss-120b, MiniMax-M2.5, Kimi-K2.5, GLM-5, Qwen3.5) were measured by its launch scripts, which
+    all run ``benchmark_serving.py --num-prompts 10N --max-concurrency N --random-range-ratio``:
+    client ``bench-serving``; the other rows name no client and get ``fixed``."""
     if name != "auto":
         return CLIENTS[name]
-    return CLIENTS["bench-serving" if str(row.get("silicon_data_source", "")).startswith(INFERENCEMAX_SOURCE)
-                   else "fixed"]
+    return CLIENTS["bench-serving" if inferencemax(row) else "fixed"]
+
+
+def launch_script(row, client: Client) -> str | None:
+    """The InferenceMAX launch-script family whose server settings a row gets (``LAUNCH_SCRIPTS``),
+    None for rows of other provenance or models whose scripts the replay does not reproduce."""
+    return LAUNCH_SCRIPTS.get(row["model"]) if client.name == "bench-serving" else None
 
 
 def server(row, client: Client) -> dict:
-    """The engine's scheduler and KV settings for a row: each framework's defaults, and for the
-    InferenceMAX rows (client ``bench-serving``) the settings of its launch scripts
-    (``benchmarks/70b_*.sh``): vLLM ``--max-num-batched-tokens 8192 --kv-cache-dtype fp8``
-    (H200, B200) with async scheduling; ``trtllm-serve --max_num_tokens 16384`` with an fp8 KV
-    cache and, for ISL/OSL 1k/1k below TP 8, batch waiting (``batch_wait_timeout_iters: 20``,
-    ``batch_wait_max_tokens_ratio: 0.9``); for aiconfigurator's gap-analysis rows the limits its
-    generator writes (``generated_engine``)."""
-    backend, imax = row["backend"], client.name == "bench-serving"
-    isl, osl, tp = int(row["isl"]), int(row["osl"]), int(row["tp"])
+    """The engine's scheduler and KV settings for a row: each framework's defaults, and for
+    InferenceMAX's rows (client ``bench-serving``) the settings of the launch scripts of the row's
+    own model (``launch_script``):
+
+    - Llama-3.1-70B (``benchmarks/70b_*.sh``): vLLM ``--max-num-batched-tokens 8192
+      --kv-cache-dtype fp8`` (H200, B200) with async scheduling; ``trtllm-serve --max_num_tokens
+      16384`` with an fp8 KV cache and, for ISL/OSL 1k/1k below TP 8, batch waiting
+      (``batch_wait_timeout_iters: 20``, ``batch_wait_max_tokens_ratio: 0.9``);
+    - DeepSeek-R1 (``dsr1_*.sh``): TRT-LLM ``kv_cache_config.dtype: fp8``, ``--max_batch_size``
+      the concurrency and ``--max_num_tokens`` = (batch + ISL x (1 + range ratio + 0.05) + 127)
+      rounded down to 64 (the script's formula without its MTP draft tokens: speculative decoding
+      is not replayed); SGLang ``--chunked-prefill-size 16384 --kv-cache-dtype fp8_e4m3
+      --max-running-requests 256``;
+    - gpt-oss-120b (``gptoss_*.sh``): vLLM ``max-num-batched-tokens: 8192``, ``async-scheduling:
+      true``; TRT-LLM ``--max_num_tokens 20000 --max_batch_size 512``, KV dtype ``auto`` (bf16:
+      the mxfp4 checkpoint names no KV quantisation).
+
+    For aiconfigurator's gap-analysis rows, the limits its generator writes (``generated_engine``)."""
+    backend, script = row["backend"], launch_script(row, client)
+    isl, osl, tp, c = int(row["isl"]), int(row["osl"]), int(row["tp"]), int(row["concurrency"])
     kv: dict = {}
     if backend == "trtllm":
         # in-flight batching: generation first, whole prompts (chunked prefill is off by default)
@@ -236,12 +323,19 @@ def server(row, client: Client) -> dict:
         # output length (with ignore_eos)
         # its overlap scheduler (TRT-LLM's default; aiconfigurator's generator keeps it on for
         # aggregated workers) forms each step's batch while the previous step runs
-        sched = {"name": "trtllm", "max_num_batched_tokens": 16384 if imax else 8192, "max_tokens_oracle": True,
+        sched = {"name": "trtllm", "max_num_batched_tokens": 8192, "max_tokens_oracle": True,
                  "overlap_scheduler": True}
-        if imax and isl == osl == 1024 and tp < 8:
-            sched |= {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+        if script == "70b":
+            sched["max_num_batched_tokens"] = 16384
+            if isl == osl == 1024 and tp < 8:
+                sched |= {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+        elif script == "dsr1":
+            max_isl = round(isl * (1 + client.range_ratio + 0.05))
+            sched |= {"max_num_batched_tokens": (c + max_isl + 64 + 63) // 64 * 64, "max_num_seqs": c}
+        elif script == "gptoss":
+            sched |= {"max_num_batched_tokens": 20000, "max_num_seqs": 512}
         # TRT-LLM's ``kv_cache_config.dtype: auto`` takes the ModelOpt checkpoint's kv_cache_quant_algo
-        # (FP8 in NVIDIA's FP8 and NVFP4 Llama checkpoints; InferenceMAX sets it too)
+        # (FP8 in NVIDIA's FP8 and NVFP4 checkpoints; InferenceMAX sets it too)
         if row["dtype"] in ("fp8", "nvfp4"):
             kv["dtype"] = "fp8"
     else:
@@ -256,9 +350,14 @@ def server(row, client: Client) -> dict:
             # generator's SGLang templates have no flag that turns it off) forms the next batch
             # while a step runs, as vLLM's async scheduling does
             sched["async_scheduling"] = True
-        if imax and backend == "vllm" and row["system"] != "h100_sxm":
+            if script == "dsr1":
+                sched |= {"max_num_batched_tokens": 16384, "max_num_seqs": 256}
+                kv["dtype"] = "fp8"
+        elif script == "70b" and row["system"] != "h100_sxm":
             # InferenceMAX's H200 and B200 vLLM configs: kv-cache-dtype fp8, async-scheduling true
             kv["dtype"] = "fp8"
+            sched["async_scheduling"] = True
+        elif script == "gptoss":
             sched["async_scheduling"] = True
     if aiconfigurator_generated(row):
         sched |= generated_engine(backend, int(row["concurrency"]), isl)
@@ -278,7 +377,7 @@ def row_config(r, cost_model: str, client: Client | None = None, think_s: float 
     srv = server(r, client)
     return {
         "model": r["model"], "hardware": r["hardware"], "dtype": r["dtype"],
-        "parallelism": {"tp": int(r["tp"])},
+        "parallelism": {"tp": int(r["tp"]), **({"ep": int(r["ep"])} if int(r.get("ep", 1) or 1) > 1 else {})},
         "scheduler": {"max_num_seqs": max(256, c), **srv["scheduler"]},
         "kv": srv["kv"],
         "workload": {"num_requests": c, "prompt": lengths(int(r["isl"]), client.range_ratio),
@@ -436,7 +535,18 @@ def score(pred: pd.DataFrame, models: list[str]) -> dict:
         groups = []
         for (s, b, k), g in d.groupby(["system", "backend", "bucket"], sort=True):
             groups.append({"system": s, "backend": b, "concurrency": k, **stats(g)})
-        out[cm] = {"overall": stats(d) if len(d) else {"rows": 0}, "groups": groups}
+        by_model = []
+        if "model" in d:
+            ep = d["ep"].astype(int) if "ep" in d else pd.Series(1, index=d.index)
+            par = "tp" + d["tp"].astype(int).astype(str) + np.where(ep > 1, " ep" + ep.astype(str), "")
+            d = d.assign(parallelism=par)
+            for (m, s, b, p), g in d.groupby(["model", "system", "backend", "parallelism"], sort=True):
+                by_model.append({"model": m, "system": s, "backend": b, "parallelism": p, **stats(g)})
+            models = {m: stats(g) for m, g in d.groupby("model", sort=True)}
+        else:
+            models = {}
+        out[cm] = {"overall": stats(d) if len(d) else {"rows": 0}, "groups": groups, "models": models,
+                   "by_model": by_model}
     return out
 
 
@@ -448,6 +558,11 @@ def print_table(scores: dict, rows: str = "", overall_only: bool = False) -> Non
             print(f"{g['system']:<10}{g['backend']:<8}{g['concurrency']:>7}{g['rows']:>6}"
                   f"{100 * g['ttft_ape_median']:>9.1f}%{100 * g['ttft_ape_p90']:>7.1f}%"
                   f"{100 * g['tpot_ape_median']:>9.1f}%{100 * g['tpot_ape_p90']:>7.1f}%")
+        if sc.get("models"):
+            print(f"\n{'model':<18}{'rows':>6}{'TTFT med':>10}{'p90':>8}{'TPOT med':>10}{'p90':>8}")
+            for m, g in sc["models"].items():
+                print(f"{m:<18}{g['rows']:>6}{100 * g['ttft_ape_median']:>9.1f}%{100 * g['ttft_ape_p90']:>7.1f}%"
+                      f"{100 * g['tpot_ape_median']:>9.1f}%{100 * g['tpot_ape_p90']:>7.1f}%")
         o = sc["overall"]
         if o.get("rows"):
             print(f"{'all':<25}{o['rows']:>6}{100 * o['ttft_ape_median']:>9.1f}%{100 * o['ttft_ape_p90']:>7.1f}%"

@@ -25,11 +25,21 @@ def make_cost_model(cfg, model, hw) -> CostModel:
               block_size=cfg.kv.block_size, act_dtype=cfg.act_dtype, comm_dtype=cfg.comm_dtype,
               sampling=cfg.cost.sampling)
     user = user_set_params(cfg)
+    par = cfg.parallelism
+    c = cfg.cost
+    if par.ep > 1 or par.dp > 1 or c.expert_skew != 1.0 or c.expert_distribution != "balanced" \
+            or c.moe_dispatch != "allgather":
+        kw |= dict(ep=par.ep, dp=par.dp, expert_distribution=c.expert_distribution, expert_skew=c.expert_skew,
+                   moe_dispatch=c.moe_dispatch)
+        if cfg.cost.model == "profiled":
+            raise ConfigError("cost.model: profiles are measured at tensor parallelism only; expert parallelism, "
+                              "attention data parallelism and the expert-load knobs need roofline or kerneldb")
     if cfg.cost.model == "kerneldb":
         return _kerneldb(cfg, model, hw, params, kw)
     if cfg.cost.model != "roofline":
-        cm = load_profiled_cost_model(model, hw, params=params, profiles_dir=cfg.cost.profiles_dir,
-                                      required=cfg.cost.model == "profiled", user_params=user, **kw)
+        cm = None if "ep" in kw else load_profiled_cost_model(
+            model, hw, params=params, profiles_dir=cfg.cost.profiles_dir, required=cfg.cost.model == "profiled",
+            user_params=user, **kw)
         if cm is not None:
             for note in ([cm.user_note] if cm.user_note else []) + cm.profile_warnings:
                 warnings.warn(note, ServesimWarning, stacklevel=2)  # --set won; a profile taken under load

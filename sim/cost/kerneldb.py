@@ -580,8 +580,9 @@ class KernelDbCostModel(RooflineCostModel):
         the pipeline sends (roofline)."""
         s, L = self.shapes, self.model.num_layers
         fused = self.engine["fused"]
+        norms = (("q_norm", 1), ("k_norm", 1)) if s.qk_norm else ()
         other = L * sum(mult * self.elementwise(op, tokens) for op, mult in
-                        (("rmsnorm", 2), ("silu_mul", 1), ("rotary", 1), ("kv_write", 1)) if op not in fused)
+                        (("rmsnorm", 2), ("silu_mul", 1), ("rotary", 1), ("kv_write", 1), *norms) if op not in fused)
         other += self.elementwise("embedding", tokens) + self.elementwise("rmsnorm", num_seqs) + self.sampling(num_seqs)
         comm = L * 2 * self.all_reduce(tokens * s.hidden)
         comm += RooflineCostModel.collective(self, "all_gather", num_seqs * s.vocab * 4, self.tp)

@@ -44,10 +44,12 @@ PACKAGE = "aiconfigurator_core"
 DIST = "aiconfigurator-core"
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm", "b200": "b200_sxm",
+           "b300": "b300_sxm", "gb200": "gb200",
            "l40s": "l40s"}
 """Catalog hardware id -> the database's system folder (same GPU, SXM form factor)."""
 GEMM_DTYPE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block",
-              "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "bfloat16"}  # mxfp4 (gpt-oss): experts only
+              "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "bfloat16",
+              "int4": "bfloat16"}  # mxfp4 (gpt-oss), int4 (Kimi-K2.5): experts only
 KV_DTYPE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 CACHE_FORMAT = 4  # bump when the derived layout changes
 

@@ -45,19 +45,33 @@ from sim.cost import kerneldb_data as kd
 from sim.cost.kerneldb import Grid, KernelDbCostModel, _attn_grid
 from sim.cost.roofline import RooflineCostModel
 
-CACHE_TAG = "moe3"  # bump when the derived layout changes
-MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5}
+CACHE_TAG = "moe7"  # bump when the derived layout changes
+MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5, "int4_wo": 6}
 MXFP4_MOE = {"trtllm": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
 """MoE formats of mxfp4 experts by framework, first measured one wins: TRT-LLM runs gpt-oss's
 experts with mxfp8 activations where it has the kernel (Blackwell); others (and TRT-LLM on
 Hopper) dequantise to bf16."""
+DIST_CODE = {"balanced": 0, "power_law_1.01": 1, "power_law_1.2": 2}
+"""Token-to-expert distributions of the ``moe_perf`` rows (``cost.expert_distribution``)."""
+A2A_CODE = {"ll": 0, "ht": 1}
+"""DeepEP kernels of the ``moe_a2a_perf`` rows: low-latency and high-throughput (normal) mode."""
 MLA_GEMM_CODE = {"bfloat16": 0, "fp8_block": 2}
 MIN_RESIDUAL = 0.1
 """Floor of an MLA module's attention part, as a fraction of the module time (the subtraction
 of separately timed GEMMs can leave less than the attention kernel; counted in the notes)."""
 
-FP8_BLOCK_MODELS = ("deepseek-v3", "deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b")
-"""Catalog models whose published fp8 checkpoints are block-scaled (128x128 weight tiles)."""
+FP8_BLOCK_MODELS = ("deepseek-v3", "deepseek-r1", "qwen3-235b-a22b", "qwen3-30b-a3b", "kimi-k2", "glm-5",
+                    "minimax-m2.5")
+"""Catalog models whose published fp8 checkpoints are block-scaled (128x128 weight tiles: the
+``weight_block_size`` of their config.json ``quantization_config``; Kimi-K2-Instruct, zai-org/GLM-5-FP8
+and MiniMax-M2.5 as shipped in aiconfigurator-core 0.12.0's model_configs)."""
+FP8_CHANNEL_MODELS = ("llama-4-scout", "llama-4-maverick")
+"""Catalog models whose fp8 checkpoints scale per output channel with dynamic per-token activation
+scales (meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8, the FP8-dynamic Scout checkpoints). Their
+experts run an fp8 grouped GEMM with finer scales than per-tensor: priced from the block-scaled
+``fp8_block`` MoE rows, not the per-tensor ``fp8`` rows (vLLM 0.24's per-tensor fp8 MoE rows are
+several times slower than its ``fp8_block`` and bf16 rows at decode sizes: not the kernel such a
+checkpoint runs); their dense GEMMs from the per-tensor ``fp8`` GEMM table."""
 
 
 def handles(model) -> bool:
@@ -69,9 +83,13 @@ def weight_formats(model, dtype: str) -> tuple[str, str]:
     """(GEMM table dtype, MoE table dtype) of a model served with weight dtype ``dtype``."""
     if dtype == "mxfp4":
         return "bfloat16", "w4a16_mxfp4"
+    if dtype == "int4":  # weight-only int4 experts (group 32): the database's int4_wo MoE rows
+        return "bfloat16", "int4_wo"
     g = kd.GEMM_DTYPE[dtype]
     if g == "fp8" and model.id in FP8_BLOCK_MODELS:
         g = "fp8_block"
+    if g == "fp8" and model.id in FP8_CHANNEL_MODELS:
+        return g, "fp8_block"
     return g, g
 
 
@@ -90,12 +108,13 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
     mv = _newest(system, "moe", framework, "moe_perf", version)
     if mv:
         mo = kd._read(d / "moe" / framework / mv / "moe_perf.parquet")
-        mo = mo[(mo["moe_ep_size"] == 1) & (mo["distribution"] == "balanced") & mo["moe_dtype"].isin(MOE_CODE)]
+        mo = mo[mo["distribution"].isin(DIST_CODE) & mo["moe_dtype"].isin(MOE_CODE)]
         meta["moe"] = f"{framework} {mv}"
         out["moe|rows"] = np.column_stack(
             [mo[c].to_numpy(dtype=float) for c in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
                                                     "moe_tp_size")]
-            + [mo["moe_dtype"].map(MOE_CODE).to_numpy(dtype=float), mo["latency"].to_numpy(dtype=float) / 1e3])
+            + [mo["moe_dtype"].map(MOE_CODE).to_numpy(dtype=float), mo["latency"].to_numpy(dtype=float) / 1e3,
+               mo["moe_ep_size"].to_numpy(dtype=float), mo["distribution"].map(DIST_CODE).to_numpy(dtype=float)])
     cv = _newest(system, "mla", framework, "mla_context_module_perf", version)
     gv = _newest(system, "mla", framework, "mla_generation_module_perf", version)
     kind = "module" if cv and gv else None
@@ -142,6 +161,28 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
             a[c].to_numpy(dtype=float) for c in ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim")]
             + [(a["kv_cache_dtype"] == "fp8").to_numpy(dtype=float), a["latency"].to_numpy(dtype=float) / 1e3,
                a["window_size"].to_numpy(dtype=float)])
+    # DeepEP dispatch / combine (vLLM's and TRT-LLM's moe_a2a_perf: one node of 8 GPUs), bf16 messages
+    av = kd.versions(system, "comm", framework, "moe_a2a_perf")
+    if av:
+        a2 = kd._read(d / "comm" / framework / av[-1] / "moe_a2a_perf.parquet")
+        kind = a2["comm_backend"].str.extract(r"deepep_(ll|ht)$")[0].map(A2A_CODE)
+        a2 = a2.assign(kind=kind)[kind.notna() & a2["comm_dtype"].isin(("default", "bfloat16"))]
+        if len(a2):
+            meta["moe_a2a"] = f"{framework} {av[-1]}"
+            out["a2a|rows"] = np.column_stack(
+                [a2["kind"].to_numpy(dtype=float), (a2["phase"] == "dispatch").to_numpy(dtype=float)]
+                + [a2[c].to_numpy(dtype=float) for c in ("ep_size", "hidden_size", "topk", "num_experts", "num_tokens")]
+                + [a2["latency"].to_numpy(dtype=float) / 1e3])
+    # attention-DP exchange: NCCL all-gather and reduce-scatter by GPU count (bf16 messages)
+    nccl_v = kd.versions(system, "comm", "nccl", "nccl_perf")
+    if nccl_v:
+        nc = kd._read(d / "comm" / "nccl" / nccl_v[-1] / "nccl_perf.parquet")
+        nc = nc[nc["op_name"].isin(("all_gather", "reduce_scatter")) & (nc["nccl_dtype"] == "half")]
+        if len(nc):
+            meta["dp exchange"] = f"nccl {nccl_v[-1]}"
+        for (op, gpus), g in nc.groupby(["op_name", "num_gpus"]):
+            (x,), t = kd._grid(g, ["message_size"])
+            out[f"{op}|{int(gpus)}|x"], out[f"{op}|{int(gpus)}|t"] = x, t
     out["moe|meta"] = np.array([f"{k}={v}" for k, v in sorted(meta.items())])
     return out
 
@@ -181,6 +222,9 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         RooflineCostModel.__init__(self, model, hw, **kw)
         self._start_tables(framework, version, system, arrays)
         self.gemm_dtype, self.moe_dtype = weight_formats(model, self.dtype)
+        if model.id in FP8_CHANNEL_MODELS and self.moe_dtype == "fp8_block":
+            self.notes.append("fp8 experts of a per-channel / dynamic fp8 checkpoint: the fp8_block MoE rows (the "
+                              "per-tensor fp8 rows time another kernel, several times slower at decode sizes)")
         self.meta.update(dict(s.split("=", 1) for s in arrays.get("moe|meta", np.array([])).tolist()))
         # the tables' own composition: TRT-LLM's static fp8 scales and fused elementwise kernels
         # (``kerneldb.engine_kernels``) are applied to dense models only
@@ -215,6 +259,18 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                 self.notes += [f"windowed prefill attention {n}" for n in (win[1],) if n]
             self.notes.append(f"decode attention of the {s.window_layers} sliding-window layers: the full-attention "
                               f"table at min(KV, {s.window}) tokens per sequence")
+        self._exchange = {op: Grid([arrays[f"{op}|{self.tp * self.dp}|x"]], arrays[f"{op}|{self.tp * self.dp}|t"])
+                          for op in ("all_gather", "reduce_scatter") if f"{op}|{self.tp * self.dp}|x" in arrays}
+        self._a2a = self._a2a_grids(arrays.get("a2a|rows")) if self.moe_dispatch != "allgather" else None
+        if self.dp > 1 and self._a2a is not None:
+            self.notes.append(f"attention-DP exchange: DeepEP {self.moe_dispatch[-2:]} dispatch + combine, moe_a2a_perf "
+                              f"{self.meta.get('moe_a2a')} at {self.tp * self.dp} GPUs, by each rank's tokens")
+        elif self.dp > 1:
+            self.notes.append(
+                (f"attention-DP exchange: no {self.moe_dispatch} moe_a2a_perf rows for {self.tp * self.dp} GPUs of this "
+                 f"shape, priced as " if self.moe_dispatch != "allgather" else "attention-DP exchange: ")
+                + f"all-gather before the experts, reduce-scatter after, over {self.tp * self.dp} GPUs: "
+                + (f"nccl_perf {self.meta.get('dp exchange')}" if len(self._exchange) == 2 else "roofline (not in nccl_perf)"))
         self._moe = self._moe_grid(arrays.get("moe|rows"))
         for fmt in MXFP4_MOE.get(framework, ()) if self.moe_dtype == "w4a16_mxfp4" else ():
             grid = self._moe_grid(arrays.get("moe|rows"), fmt)
@@ -224,12 +280,17 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         if s.num_experts and self._moe is None:
             self.notes.append(f"MoE experts: roofline (no {self.moe_dtype} moe_perf rows of hidden {s.hidden}, "
                               f"intermediate {model.expert_intermediate}, top-{s.top_k} of {s.num_experts}, "
-                              f"tp {self.tp})")
+                              f"moe_tp {s.moe_tp}, moe_ep {s.ep}, {self._moe_dist})")
+        elif s.num_experts:
+            self.notes.append(f"MoE experts: moe_perf {self.meta.get('moe')} {self.moe_dtype} rows at moe_tp {s.moe_tp}, "
+                              f"moe_ep {s.ep}, {self._moe_dist} routing, by the expert group's tokens"
+                              + (f"; x{self.expert_skew:g} expert-load skew" if self.expert_skew != 1.0 else ""))
         self.notes.append("norms, activation, rotary, embedding, KV write, sampling, logits all-gather: roofline "
                           "(no table)")
         unused = (("attention ctx", "attention gen") if s.mla else ("mla", "mla_bmm")) \
             + (("mla_bmm",) if s.mla and self._mla_kind != "kernel" else ()) \
-            + (() if self._ctx_win is not None else ("attention ctx window",)) + (() if s.num_experts else ("moe",))
+            + (() if self._ctx_win is not None else ("attention ctx window",)) + (() if s.num_experts else ("moe",)) \
+            + (() if self.dp > 1 else ("dp exchange",)) + (() if self._a2a is not None and self.dp > 1 else ("moe_a2a",))
         self.meta = {k: v for k, v in self.meta.items() if k not in unused}
 
     # ------------------------------------------------------------------ tables
@@ -242,13 +303,51 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         return blk(blk.clamp(x)[0]) > 2.0 * fp8(fp8.clamp(x)[0])
 
     def _moe_grid(self, rows, fmt: str | None = None) -> Grid | None:
+        """The routed experts' time by the expert group's tokens: ``moe_perf`` rows of this shape and
+        format at the real ``moe_tp`` / ``moe_ep`` split and the configured token distribution
+        (``_moe_dist`` says which was used: the balanced rows where the skewed ones are missing)."""
         s, m = self.shapes, self.model
         fmt = fmt or self.moe_dtype
+        self._moe_dist = self.expert_distribution
         if not s.num_experts or rows is None:
             return None
         sel = rows[(rows[:, 1] == m.hidden_size) & (rows[:, 2] == m.expert_intermediate) & (rows[:, 3] == s.top_k)
-                   & (rows[:, 4] == s.num_experts) & (rows[:, 5] == self.tp) & (rows[:, 6] == MOE_CODE[fmt])]
-        return _table1(sel[:, 0], sel[:, 7]) if len(sel) else None
+                   & (rows[:, 4] == s.num_experts) & (rows[:, 5] == s.moe_tp) & (rows[:, 6] == MOE_CODE[fmt])
+                   & (rows[:, 8] == s.ep)]
+        pick = sel[sel[:, 9] == DIST_CODE[self.expert_distribution]]
+        if not len(pick) and self.expert_distribution != "balanced":
+            pick, self._moe_dist = sel[sel[:, 9] == 0], "balanced (no rows of the chosen distribution)"
+        return _table1(pick[:, 0], pick[:, 7]) if len(pick) else None
+
+    def _a2a_grids(self, rows) -> tuple[Grid, Grid] | None:
+        """(dispatch, combine) by tokens per rank: the ``moe_a2a_perf`` rows of the configured DeepEP
+        mode at this expert group's GPUs and this model's hidden size, top-k and experts."""
+        if rows is None or not self.shapes.num_experts:
+            return None
+        m, s = self.model, self.shapes
+        sel = rows[(rows[:, 0] == A2A_CODE[self.moe_dispatch[-2:]]) & (rows[:, 2] == self.tp * self.dp)
+                   & (rows[:, 3] == m.hidden_size) & (rows[:, 4] == s.top_k) & (rows[:, 5] == s.num_experts)]
+        grids = [_table1(sel[sel[:, 1] == ph][:, 6], sel[sel[:, 1] == ph][:, 7]) for ph in (1.0, 0.0)]
+        return None if None in grids else (grids[0], grids[1])
+
+    def dp_exchange(self, tokens: int) -> float:
+        if self.dp <= 1 or tokens <= 0:
+            return 0.0
+        if self._a2a is not None:  # each rank dispatches and combines its own tokens
+            per = float(max(1, -(-tokens // self.dp)))
+            roof = lambda x: RooflineCostModel.dp_exchange(self, int(x[0]) * self.dp) / 2  # noqa: E731
+            return sum(self._lookup(g, roof, (per,)) for g in self._a2a)
+        if len(self._exchange) < 2:
+            return super().dp_exchange(tokens)
+        world, elements = self.tp * self.dp, float(tokens * self.shapes.hidden)
+        roof = lambda x: RooflineCostModel.collective(self, "all_gather", 2.0 * x[0], world)  # noqa: E731
+        return sum(self._lookup(g, roof, (elements,)) for g in self._exchange.values())
+
+    def moe(self, tokens: int) -> float:
+        if self._moe is None:
+            return super().moe(tokens)
+        roof = lambda x: RooflineCostModel.moe(self, max(1, round(x[0]))) / self.expert_skew  # noqa: E731
+        return self._lookup(self._moe, roof, (float(tokens),)) * self.expert_skew
 
     def _mla_init(self, arrays: dict, mla_gemm: str) -> None:
         s = self.shapes

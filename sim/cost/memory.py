@@ -10,8 +10,8 @@
   over ``tp`` (vocabulary-parallel) on the first and last stage; norms replicated. The weight
   dtype (block scales included, see ``DTYPE_BYTES``) applies to the linear layers of attention and
   MLP; embedding, LM head, router and norms stay in the activation dtype (vLLM's fp8 and ModelOpt
-  nvfp4 checkpoints leave them unquantised). ``mxfp4`` (gpt-oss) quantises only the routed experts,
-  as its checkpoint's ``modules_to_not_convert`` says.
+  nvfp4 checkpoints leave them unquantised). ``mxfp4`` (gpt-oss) and ``int4`` (Kimi-K2.5) quantise
+  only the routed experts, as their checkpoints' ``modules_to_not_convert`` / ``ignore`` say.
 - KV bytes per token per GPU: K and V of the GPU's KV heads (GQA), or MLA's latent (``kv_lora_rank``
   + ``qk_rope_head_dim``, one per token shared by all heads) replicated on every TP rank: every
   rank's heads attend over the whole latent, and vLLM stores it whole on each rank (which is why
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.catalog import DTYPE_BYTES, HardwareCard, ModelCard
+from sim.catalog import DTYPE_BYTES, EXPERTS_ONLY, HardwareCard, ModelCard
 from sim.errors import CapacityError
 
 GIB = 2**30
@@ -63,12 +63,16 @@ class MemoryPlan:
 def weight_bytes(model: ModelCard, dtype: str, act_dtype: str = "bf16") -> tuple[float, float, float]:
     """Bytes per parameter of (attention linears, dense MLP + shared experts, routed experts)."""
     w, a = DTYPE_BYTES[dtype], DTYPE_BYTES[act_dtype]
-    if dtype == "mxfp4":  # gpt-oss: only the routed experts are mxfp4
+    if dtype in EXPERTS_ONLY:  # gpt-oss, Kimi-K2.5: only the routed experts are quantised
         return a, a, w
     return w, w, w
 
 
-def weights_per_gpu(model: ModelCard, tp: int, pp: int, dtype: str, act_dtype: str = "bf16") -> float:
+def weights_per_gpu(model: ModelCard, tp: int, pp: int, dtype: str, act_dtype: str = "bf16", dp: int = 1) -> float:
+    """Weight bytes on one GPU of the largest pipeline stage. Attention, dense MLPs, shared experts
+    and the embedding are split ``tp`` ways (each of ``dp`` attention data-parallel ranks holds a
+    copy); the routed experts are split over the whole expert group of tp x dp GPUs, whatever the
+    expert-parallel degree (ep ways by expert times tp x dp / ep ways by width)."""
     attn_b, dense_b, expert_b = weight_bytes(model, dtype, act_dtype)
     a = DTYPE_BYTES[act_dtype]
     h, L = model.hidden_size, model.num_layers
@@ -76,7 +80,7 @@ def weights_per_gpu(model: ModelCard, tp: int, pp: int, dtype: str, act_dtype: s
     attn = attn_b * ((model.attn_params_per_layer - rep) / tp + rep)
     mlp = model.dense_layers * dense_b * model.dense_mlp_params / tp
     if model.is_moe:
-        mlp += model.moe_layers * (expert_b * model.num_experts * model.expert_params
+        mlp += model.moe_layers * (expert_b * model.num_experts * model.expert_params / dp
                                    + dense_b * model.num_shared_experts * model.expert_params) / tp
         mlp += model.moe_layers * a * h * model.num_experts  # router, replicated
     layer = attn + mlp / L + a * 2 * h
@@ -139,15 +143,15 @@ class MemoryShortfall(CapacityError):
 def plan_memory(model: ModelCard, hw: HardwareCard, *, tp: int, pp: int, dtype: str, kv_dtype: str,
                 block_size: int, gpu_memory_utilization: float, max_num_batched_tokens: int,
                 max_num_seqs: int, runtime_overhead_gib: float = 1.0,
-                num_gpu_blocks: int | None = None, act_dtype: str = "bf16", draft: tuple[float, float] = (0.0, 0.0)
-                ) -> MemoryPlan:
+                num_gpu_blocks: int | None = None, act_dtype: str = "bf16", dp: int = 1,
+                draft: tuple[float, float] = (0.0, 0.0)) -> MemoryPlan:
     """Blocks of KV cache per GPU; raises MemoryShortfall (a CapacityError with the numbers as
     fields) when nothing fits. ``dtype`` is the weight dtype, ``act_dtype`` the activation dtype.
     ``draft``: a speculative draft's (weight bytes, KV bytes per token) per GPU, held beside the
     target's (``draft_memory``): a block holds a token's KV of both."""
     gpu = hw.usable_memory_bytes
     budget = gpu * gpu_memory_utilization
-    weights = weights_per_gpu(model, tp, pp, dtype, act_dtype) + draft[0]
+    weights = weights_per_gpu(model, tp, pp, dtype, act_dtype, dp) + draft[0]
     act = activation_peak(model, tp, act_dtype, max_num_batched_tokens, max_num_seqs)
     over = runtime_overhead_gib * GIB
     kv_tok = kv_bytes_per_token_per_gpu(model, tp, pp, kv_dtype) + draft[1]
@@ -171,7 +175,8 @@ def memory_for_config(cfg, model: ModelCard, hw: HardwareCard) -> MemoryPlan:
                        gpu_memory_utilization=cfg.kv.gpu_memory_utilization,
                        max_num_batched_tokens=knobs.max_step_tokens, max_num_seqs=knobs.max_num_seqs,
                        runtime_overhead_gib=cfg.kv.runtime_overhead_gib, num_gpu_blocks=cfg.kv.num_gpu_blocks,
-                       act_dtype=cfg.act_dtype, draft=draft_memory(cfg, model))
+                       act_dtype=cfg.act_dtype, dp=cfg.parallelism.dp,
+                       draft=draft_memory(cfg, model))
 
 
 def draft_memory(cfg, model: ModelCard) -> tuple[float, float]:

@@ -57,6 +57,9 @@ class ShardShapes:
     v_dim: int = 0
     window: int = 0
     window_layers: int = 0
+    qk_norm: bool = False  # per-head q/k norm before rotary (ModelCard.qk_norm)
+    ep: int = 1  # expert-parallel degree: this GPU holds num_experts / ep routed experts
+    moe_tp: int = 0  # ways each routed expert is split (tp x dp / ep); 0: tp
 
     @property
     def attn_gemms(self) -> tuple[str, ...]:
@@ -80,10 +83,13 @@ class ShardShapes:
         return self.gemms["expert_down"][1] * self.top_k + (self.gemms["shared_down"][1] if "shared_down" in self.gemms else 0)
 
 
-def shard_shapes(model, tp: int) -> ShardShapes:
-    """Shapes of one GPU's shard of ``model`` (a ModelCard) at tensor-parallel degree ``tp``."""
-    if (why := model.parallelism_problem(tp)) is not None:
+def shard_shapes(model, tp: int, ep: int = 1, dp: int = 1) -> ShardShapes:
+    """Shapes of one GPU's shard of ``model`` (a ModelCard) at tensor-parallel degree ``tp``; with
+    expert parallelism the routed experts are placed ``ep`` ways over the tp x dp GPUs of the
+    expert group, each split tp x dp / ep ways (the expert GEMM shapes are one such slice)."""
+    if (why := model.parallelism_problem(tp) or model.expert_parallel_problem(tp, ep, dp)) is not None:
         raise ValueError(why)
+    moe_tp = tp * dp // ep
     q_heads = model.num_attention_heads // tp
     kv_heads = max(1, model.num_kv_heads // tp)
     d, h = model.head_dim, model.hidden_size
@@ -112,12 +118,12 @@ def shard_shapes(model, tp: int) -> ShardShapes:
         gemms["gate_up"] = (2 * inter, h)
         gemms["down"] = (h, inter)
     if model.is_moe:
-        einter = model.expert_intermediate // tp
+        einter = model.expert_intermediate // moe_tp
         gemms["expert_gate_up"] = (2 * einter, h)
         gemms["expert_down"] = (h, einter)
         gemms["router"] = (model.num_experts, h)
-        if model.num_shared_experts:
-            sinter = model.num_shared_experts * einter
+        if model.num_shared_experts:  # shared experts stay tensor-parallel over the attention's tp
+            sinter = model.num_shared_experts * (model.expert_intermediate // tp)
             gemms["shared_gate_up"] = (2 * sinter, h)
             gemms["shared_down"] = (h, sinter)
     return ShardShapes(
@@ -137,6 +143,9 @@ def shard_shapes(model, tp: int) -> ShardShapes:
         shared_experts=model.num_shared_experts,
         window=model.sliding_window or 0,
         window_layers=model.window_layers,
+        qk_norm=model.qk_norm,
+        ep=ep,
+        moe_tp=moe_tp,
         **mla,
     )
 

@@ -62,7 +62,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.catalog import COMPUTE_DTYPE, DTYPE_BYTES, HardwareCard, ModelCard
+from sim.catalog import COMPUTE_DTYPE, DTYPE_BYTES, EXPERTS_ONLY, HardwareCard, ModelCard
 from sim.cost.memory import kv_bytes_per_token_per_gpu, weight_bytes
 from sim.cost.ops import ShardShapes, expert_tokens, shard_shapes
 from sim.kv.blocks import DEFAULT_BLOCK_SIZE
@@ -183,10 +183,14 @@ class RooflineCostModel:
     def __init__(self, model: ModelCard, hw: HardwareCard, *, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", kv_dtype: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
                  params: RooflineParams | None = None, act_dtype: str = "bf16", comm_dtype: str | None = None,
-                 sampling: str = "random"):
-        if (why := model.parallelism_problem(tp, pp)) is not None:
+                 sampling: str = "random", ep: int = 1, dp: int = 1, expert_distribution: str = "balanced",
+                 expert_skew: float = 1.0, moe_dispatch: str = "allgather"):
+        if (why := model.parallelism_problem(tp, pp) or model.expert_parallel_problem(tp, ep, dp)) is not None:
             raise ValueError(why)
         self.model, self.hw, self.tp, self.pp = model, hw, tp, pp
+        self.ep, self.dp = ep, dp
+        self.expert_distribution, self.expert_skew = expert_distribution, expert_skew
+        self.moe_dispatch = moe_dispatch  # the roofline prices every exchange as all-gather + reduce-scatter
         self.dtype = dtype  # weights
         if sampling not in SAMPLING:
             raise ValueError(f"sampling must be one of {', '.join(SAMPLING)}, not {sampling!r}")
@@ -199,13 +203,13 @@ class RooflineCostModel:
         self.cb = DTYPE_BYTES[self.comm_dtype]
         self.block_size = block_size
         self.p = params or RooflineParams()
-        self.shapes: ShardShapes = shard_shapes(model, tp)
+        self.shapes: ShardShapes = shard_shapes(model, tp, ep, dp)
         attn_b, dense_b, expert_b = weight_bytes(model, dtype, act_dtype)
         self.attn_peak = hw.peak_flops(act_dtype)  # attention and unquantised GEMMs
         compute = COMPUTE_DTYPE[dtype] or act_dtype
         self.peak = hw.peak_flops(compute)  # GEMMs over quantised weights
-        quant = self.peak if dtype != "mxfp4" else self.attn_peak
-        attn_peak = self.peak if dtype != "mxfp4" else self.attn_peak
+        quant = self.peak if dtype not in EXPERTS_ONLY else self.attn_peak
+        attn_peak = self.peak if dtype not in EXPERTS_ONLY else self.attn_peak
         self._gemm_w: dict[str, tuple[float, float]] = {}  # op -> (weight bytes per element, peak)
         for op in self.shapes.gemms:
             if op in ("lm_head", "router"):
@@ -213,7 +217,7 @@ class RooflineCostModel:
             elif op in ("qkv", "o", "qkv_a", "q_b", "kv_b"):
                 self._gemm_w[op] = (attn_b, attn_peak)
             elif op.startswith("expert_"):
-                self._gemm_w[op] = (expert_b, quant if dtype != "mxfp4" else self.attn_peak)
+                self._gemm_w[op] = (expert_b, quant if dtype not in EXPERTS_ONLY else self.attn_peak)
             else:
                 self._gemm_w[op] = (dense_b, quant)
         self.layers_window = self.shapes.window_layers
@@ -245,13 +249,15 @@ class RooflineCostModel:
         each expert touched, activations of every (token, expert) assignment."""
         s = self.shapes
         active, per = expert_tokens(tokens, s.num_experts, s.top_k)
+        if s.ep > 1:  # this GPU's share of the active experts (experts placed ep ways); ``tokens``
+            active = -(-active // s.ep)  # are the whole expert group's
         t = 0.0
         for op in ("expert_gate_up", "expert_down"):
             n, k = s.gemms[op]
             wb, peak = self._gemm_w[op]
             m = active * per  # assignments, rounded up per expert
             t += self._roof(2.0 * m * n * k, self.b * m * (k + n) + wb * active * k * n, self.p.gemm_eff, peak)
-        return t
+        return t * self.expert_skew
 
     @staticmethod
     def _attended(q: int, c: int, window: int) -> float:
@@ -338,6 +344,10 @@ class RooflineCostModel:
             nbytes = 3 * tokens * s.mlp_inter * b
         elif op == "rotary":
             nbytes = 2 * tokens * (s.q_heads + s.kv_heads) * s.head_dim * b
+        elif op == "q_norm":  # per-head RMSNorm of the queries (read, write)
+            nbytes = 2 * tokens * s.q_heads * s.head_dim * b
+        elif op == "k_norm":
+            nbytes = 2 * tokens * s.kv_heads * s.head_dim * b
         elif op == "embedding":
             nbytes = 2 * tokens * s.hidden * b
         elif op == "kv_write":
@@ -358,6 +368,15 @@ class RooflineCostModel:
         if op == "all_reduce":
             return self.p.allreduce_latency_s + 2.0 * steps / world * nbytes / link
         return self.p.allreduce_latency_s + steps / world * nbytes / link  # all_gather
+
+    def dp_exchange(self, tokens: int) -> float:
+        """One MoE layer's attention-data-parallel exchange for ``tokens`` tokens of the whole
+        expert group: an all-gather of the ranks' hidden states before the experts and a
+        reduce-scatter of the expert outputs after, over the tp x dp GPUs (0 without DP)."""
+        if self.dp <= 1 or tokens <= 0:
+            return 0.0
+        return 2 * RooflineCostModel.collective(self, "all_gather", tokens * self.shapes.hidden * self.cb,
+                                                self.tp * self.dp)
 
     # ------------------------------------------------------------------ composition
     def _dense_part(self, tokens: int, num_seqs: int) -> tuple[float, float, float, int]:
@@ -428,6 +447,8 @@ class RooflineCostModel:
         s, L = self.shapes, self.model.num_layers
         other = L * (2 * self.elementwise("rmsnorm", tokens) + self.elementwise("silu_mul", tokens)
                      + self.elementwise("rotary", tokens) + self.elementwise("kv_write", tokens))
+        if s.qk_norm:
+            other += L * (self.elementwise("q_norm", tokens) + self.elementwise("k_norm", tokens))
         comm = L * 2 * self.collective("all_reduce", tokens * s.hidden * self.cb, self.tp)
         pp = 0.0
         if self.pp > 1:
