@@ -54,8 +54,9 @@ def model_label(model: str) -> str:
 
 
 def fleet_label(cfg) -> str:
-    """``4 x 1 h100-sxm``, with the prefill/decode split of a disaggregated fleet."""
-    c, gpus = cfg.cluster, cfg.parallelism.tp * cfg.parallelism.pp
+    """``4 x 1 h100-sxm``, with the prefill/decode split of a disaggregated fleet (an expert group
+    of ``dp`` attention ranks counts its tp x pp x dp GPUs as one replica)."""
+    c, gpus = cfg.cluster, cfg.parallelism.tp * cfg.parallelism.pp * cfg.parallelism.dp
     split = f" ({c.prefill_replicas} prefill + {c.replicas - c.prefill_replicas} decode)" if c.prefill_replicas else ""
     return f"{c.replicas} x {gpus} {cfg.hardware}{split}"
 
@@ -108,8 +109,10 @@ def reservation_line(cfg, trace_bound: int | None = None) -> str | None:
 
 def print_summary(s: dict, cfg) -> None:
     r = s["requests"]
+    par = cfg.parallelism
+    groups = "".join(f", {k}={v}" for k, v in (("ep", par.ep), ("dp", par.dp)) if v > 1)
     print(f"\n{model_label(cfg.model)} | {fleet_label(cfg)} "
-          f"(tp={cfg.parallelism.tp}, pp={cfg.parallelism.pp}) | scheduler {cfg.scheduler.name} | "
+          f"(tp={par.tp}, pp={par.pp}{groups}) | scheduler {cfg.scheduler.name} | "
           f"cost model {cost_line(s)}")
     print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected"
           f"{_by_reason(r.get('rejected_by_reason') or {})}, {r['preemptions']:,} preemptions"
@@ -126,6 +129,12 @@ def print_summary(s: dict, cfg) -> None:
         print(f"autoscale: {a['replicas_started']} replicas started, {a.get('replicas_drained', 0)} drained, "
               f"peak {a['peak_provisioned']} provisioned, "
               f"{a['gpu_hours']:.3f} GPU-hours while provisioned")
+    sp = s.get("speculative")
+    if sp:
+        rate = "-" if sp["acceptance_rate"] is None else f"{100 * sp['acceptance_rate']:.0f}%"
+        length = "-" if sp["mean_acceptance_length"] is None else f"{sp['mean_acceptance_length']:.2f}"
+        print(f"speculative ({sp['method']}, k={sp['num_speculative_tokens']}): {sp['verifications']:,} verifications, "
+              f"{rate} of drafts accepted, {length} tokens per verification")
     reserved = reservation_line(cfg, (s.get("workload") or {}).get("output_bound"))
     if reserved:
         print(reserved)
