@@ -173,12 +173,6 @@ ATTENTION_NOTES = {
 }
 
 
-def decode_attention(meta: dict) -> str:
-    """The decode-attention variant a profile's (or fitted folder's) meta records; ``paged`` when
-    it records none (profiles written before the variant was recorded were all paged)."""
-    return meta.get("attention") or "paged"
-
-
 def model_card_path(arg: str) -> str | None:
     """The absolute path of a model card given by file (recorded so ``fit`` finds it), else None."""
     p = Path(arg)
@@ -216,8 +210,9 @@ def run(device: str, model: str, tps: list[int], dtypes: list[str], grid: str = 
     compute = plan(card, tps, dtypes, grid, tuple(f for f in families if f in COMPUTE), attention)
     folder = Path(out) / hardware_id / card.id
     folder.mkdir(parents=True, exist_ok=True)
-    had = decode_attention(_load_meta(folder / "meta.json"))
-    if "attn_decode" in families and had != attention and read_rows(folder / "attn_decode.csv"):
+    rows = read_rows(folder / "attn_decode.csv") if "attn_decode" in families else []
+    had = "contiguous" if rows and all(r["block_size"] == 0 for r in rows) else "paged"
+    if rows and had != attention:
         raise ProfileError(f"{folder} holds {had} decode-attention rows; profile --attention {attention} into "
                            "another --out (one profile holds one variant)")
     skipped: list[dict] = []

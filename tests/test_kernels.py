@@ -209,6 +209,12 @@ def test_campaign_script_cpu_mode(tmp_path):
     for root in (tmp_path / "profiles", tmp_path / "out" / "calibration" / "profiles"):
         folder = root / "cpu" / "llama-tiny"
         assert all((folder / f"{f}.csv").exists() for f in FAMILIES) and (folder / "meta.json").exists()
+    if "engine check skipped" not in res.stdout:  # transformers installed: checked on a contiguous-attention profile
+        eng = json.loads((tmp_path / "out" / "calibration" / "engine" / "fitted" / "engine_overhead.json").read_text())
+        assert eng["provenance"]["cost_model"]["decode_attention"] == "contiguous"
+        cmeta = json.loads((tmp_path / "out" / "calibration" / "profiles_contiguous" / "cpu" / "llama-tiny"
+                            / "meta.json").read_text())
+        assert cmeta["attention"] == "contiguous"
 
 
 def test_kernels_import_without_simulator_dependencies():
