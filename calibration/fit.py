@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.schema import FAMILIES, read_rows
+from kernels.schema import FAMILIES, decode_attention, read_rows
 from sim.cost.profiled import SEP, TABLES_FILE, table_key
 
 HOLDOUT_EVERY = 5
@@ -294,7 +294,7 @@ def fit(profile_dir: str | Path, out_root: str | Path = "calibration/fitted", mo
         indent=2) + "\n")
     (dest / "meta.json").write_text(json.dumps(
         {"hardware_id": hw_id, "model": model_id, "dtypes": dtypes, "tables": counts,
-         "attention": meta.get("attention") or "paged",
+         "attention": decode_attention(folder, default=meta.get("attention") or "paged"),
          "model_card": card_file,
          "holdout_rule": f"every {HOLDOUT_EVERY}th interior grid point per table, from the first",
          "profile": {k: meta.get(k) for k in ("device_name", "torch_version", "cuda_version", "driver_version",

@@ -26,7 +26,7 @@ import kernels.args
 from kernels.args import ProfileError, resolve_model
 from kernels import grid as grids
 from kernels import ops
-from kernels.schema import FAMILIES, RowWriter, key_of, read_rows
+from kernels.schema import FAMILIES, RowWriter, decode_attention, key_of, read_rows
 from kernels.timing import (CPU_TIMING, GPU_TIMING, L2Flusher, TimingConfig, cpu_clock, host_load, load_warning,
                             measure, quantile)
 
@@ -210,9 +210,8 @@ def run(device: str, model: str, tps: list[int], dtypes: list[str], grid: str = 
     compute = plan(card, tps, dtypes, grid, tuple(f for f in families if f in COMPUTE), attention)
     folder = Path(out) / hardware_id / card.id
     folder.mkdir(parents=True, exist_ok=True)
-    rows = read_rows(folder / "attn_decode.csv") if "attn_decode" in families else []
-    had = "contiguous" if rows and all(r["block_size"] == 0 for r in rows) else "paged"
-    if rows and had != attention:
+    had = decode_attention(folder, default="")
+    if "attn_decode" in families and had and had != attention:
         raise ProfileError(f"{folder} holds {had} decode-attention rows; profile --attention {attention} into "
                            "another --out (one profile holds one variant)")
     skipped: list[dict] = []
@@ -244,13 +243,13 @@ def run(device: str, model: str, tps: list[int], dtypes: list[str], grid: str = 
         "timing": {**asdict(timing), "clock": clock_name}, "threads": threads if dev.type == "cpu" else None,
         "host_load": {"start": load_start},
         "l2_flush_bytes": flusher.nbytes if flusher else 0,
-        "block_size": ops.BLOCK_SIZE if attention == "paged" else 0,
-        "attention": attention,
+        "block_size": ops.BLOCK_SIZE if (had or attention) == "paged" else 0,
+        "attention": had or attention,  # the rows' variant: a run of other families keeps it
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "skipped": skipped, "failed": [], "runs": old.get("runs", []), "complete": False,
         "notes": [
             "times in microseconds; median, p10, p90 of `repeats` timed repeats after warm-up",
-            ATTENTION_NOTES[attention],
+            ATTENTION_NOTES[had or attention],
             "sampling is over the full vocabulary (engines gather logit shards before sampling)",
         ],
     }

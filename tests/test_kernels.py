@@ -276,6 +276,8 @@ def test_attention_variant_in_grid_meta_and_resume(tmp_path):
     assert {r["block_size"] for r in read_rows(folder / "attn_decode.csv")} == {0}
     with pytest.raises(ProfileError, match="holds contiguous decode-attention rows; profile --attention paged"):
         run("cpu", str(TINY), [1], ["fp32"], "small", tmp_path / "p", families=("attn_decode",), progress=False)
+    run("cpu", str(TINY), [1], ["fp32"], "small", tmp_path / "p", families=("sampling",), progress=False)
+    assert json.loads((folder / "meta.json").read_text())["attention"] == "contiguous"  # the rows' variant kept
     from calibration.fit import fit
     from sim.catalog import get_hardware
     from sim.cost.profiled import load_profiled_cost_model
