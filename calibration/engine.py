@@ -256,6 +256,7 @@ def static_equations(args, folder: Path, tmp: Path) -> tuple[list[dict], list[di
             eqs.append({"row": shape_label(r), "line": r["line"], "metric": metric, "measured": r[metric],
                         "kernels": f["kernels"], "x": f["x"], "held_out": h})
     cm_desc = {"model": model.id, "hardware": hw.id, "dtype": dtype, "sampling": args.sampling,
+               "decode_attention": getattr(cm, "decode_attention", None),
                "out_of_range_queries": cm.out_of_range_total()}
     return eqs, rows, {"kind": "static-batch table", "files": [{"file": Path(args.static).name,
                                                                 "sha256": _sha256(Path(args.static))}],

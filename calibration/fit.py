@@ -15,7 +15,9 @@ For one profile folder ``<root>/<hardware>/<model>/`` (kernels/schema.py contrac
   starting with the first, is held out, so the tables still span the whole measured range.
 - ``roofline_params.json``: the roofline's efficiency factors fitted to this device's
   training points by least squares on log time (gemm_eff, attn_eff, mem_eff, kernel_floor_s).
-- ``meta.json``: provenance (profile meta, counts, fit residuals).
+- ``meta.json``: provenance (profile meta, counts, fit residuals) and ``attention``: the
+  decode-attention variant the profile timed (``paged`` or ``contiguous``, ``kernels.ops``), which
+  the ``attn_decode`` tables therefore price.
 
 Standard library + numpy only: runs on the bare GPU machine.
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.schema import FAMILIES, read_rows
+from kernels.schema import FAMILIES, decode_attention, read_rows
 from sim.cost.profiled import SEP, TABLES_FILE, table_key
 
 HOLDOUT_EVERY = 5
@@ -292,6 +294,7 @@ def fit(profile_dir: str | Path, out_root: str | Path = "calibration/fitted", mo
         indent=2) + "\n")
     (dest / "meta.json").write_text(json.dumps(
         {"hardware_id": hw_id, "model": model_id, "dtypes": dtypes, "tables": counts,
+         "attention": decode_attention(folder, default=meta.get("attention") or "paged"),
          "model_card": card_file,
          "holdout_rule": f"every {HOLDOUT_EVERY}th interior grid point per table, from the first",
          "profile": {k: meta.get(k) for k in ("device_name", "torch_version", "cuda_version", "driver_version",

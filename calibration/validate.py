@@ -232,6 +232,15 @@ def run(args) -> dict:
               "meta": {"model": card.id, "hardware": hw.id, "dtype": args.dtype, "fitted": str(folder),
                        "date": time.strftime("%Y-%m-%d")},
               "kernel": kernel}
+    attention = json.loads((folder / "meta.json").read_text()).get("attention", "paged") \
+        if (folder / "meta.json").is_file() else "paged"
+    result["meta"]["decode_attention"] = attention
+    mismatch = []
+    if attention != "paged":  # the replay keeps its KV cache paged, as vLLM does
+        mismatch = [f"the tables' decode attention is {attention} but the replay's is paged: its decode steps "
+                    "are priced for another kernel than the one replayed (profile with --attention paged to "
+                    "validate against the replay)"]
+        print(f"warning: {mismatch[0]}", file=sys.stderr)
     print(f"kernel level: {kernel['n']} held-out points, median APE {kernel['median_ape']:.1%}, "
           f"p90 {kernel['p90_ape']:.1%}")
 
@@ -320,6 +329,7 @@ def run(args) -> dict:
                                       for k in ("start", "end")) if w][:1]
     for w in result["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
+    result["warnings"] += mismatch  # printed when found, above
     (out / "validation.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"validation written to {out}/validation.json")
     return result

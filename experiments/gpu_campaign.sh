@@ -75,15 +75,24 @@ fi
 # ---- end of validation hook ----
 
 # ---- ENGINE CHECK: a real engine servesim did not write, calibrated and predicted ----
-# validate (above) wrote the fitted tables to ${OUT:-.}/calibration/fitted/$HW/<model>.
-FITTED="${OUT:-.}/calibration/fitted/$HW/$ENGINE_ID"
+# transformers attends over a contiguous KV cache with SDPA, not the paged layout profiled above
+# (vLLM's): the engine model's profile is copied without attn_decode.csv, its decode attention
+# profiled again with --attention contiguous, and that copy fitted for the check.
+CPROF="${OUT:-.}/calibration/profiles_contiguous"
+FITTED="${OUT:-.}/calibration/fitted_contiguous/$HW/$ENGINE_ID"
 if ! "$PY" -c "import transformers" 2>/dev/null; then
   echo "campaign: transformers not installed; engine check skipped"
-elif [ ! -f "$FITTED/tables.npz" ]; then
-  echo "campaign: no fitted tables in $FITTED; engine check skipped"
+elif [ ! -f "$PROFILE_ROOT/$HW/$ENGINE_ID/gemm.csv" ]; then
+  echo "campaign: no profile in $PROFILE_ROOT/$HW/$ENGINE_ID; engine check skipped"
 else
-  mkdir -p "${OUT:-.}/calibration/engine"
-  HF_HUB_OFFLINE=1 "$PY" -m calibration.static_batch --device "$DEVICE" --dtype "$DTYPE" --model "$ENGINE_MODEL" \
+  mkdir -p "$CPROF/$HW/$ENGINE_ID" "${OUT:-.}/calibration/engine"
+  for f in "$PROFILE_ROOT/$HW/$ENGINE_ID"/*; do
+    case "$(basename "$f")" in attn_decode.csv) ;; *) cp "$f" "$CPROF/$HW/$ENGINE_ID/" ;; esac
+  done
+  "$PY" -m kernels.profile --device "$DEVICE" --hardware-id "$HW" --model "$ENGINE_MODEL" --tp 1 --dtype "$DTYPE" \
+    --grid "$GRID" --out "$CPROF" --ops attn_decode --attention contiguous --no-progress \
+  && "$PY" -m calibration.fit "$CPROF/$HW/$ENGINE_ID" --out "${OUT:-.}/calibration/fitted_contiguous" \
+  && HF_HUB_OFFLINE=1 "$PY" -m calibration.static_batch --device "$DEVICE" --dtype "$DTYPE" --model "$ENGINE_MODEL" \
     --shapes "$ENGINE_SHAPES" --output-tokens "$ENGINE_TOKENS" --repeats 3 \
     --out "${OUT:-.}/calibration/engine/transformers_static.csv" \
   && "$PY" -m calibration.engine --fitted "$FITTED" --static "${OUT:-.}/calibration/engine/transformers_static.csv" \

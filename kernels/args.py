@@ -21,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware-id", default=None, help="catalog hardware id (default: detected; 'cpu' on CPUs)")
     p.add_argument("--ops", default=",".join(FAMILIES), help=f"operator families (default all): {','.join(FAMILIES)}")
     p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU (default 1, for stable timings)")
+    p.add_argument("--attention", choices=["paged", "contiguous"], default="paged",
+                   help="decode attention to time: paged (KV blocks through a block table, as vLLM; default) or "
+                        "contiguous (SDPA over a contiguous cache, as Hugging Face transformers)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--estimate", action="store_true", help="print grid sizes and a time estimate; profile nothing")
 

@@ -70,8 +70,10 @@ def grid_spec(name: str) -> dict:
         raise ValueError(f"unknown grid {name!r}; use one of {', '.join(GRIDS)}") from None
 
 
-def points(model, tp: int, dtype: str, grid: str) -> list[tuple[str, dict]]:
-    """All ``(family, key)`` compute points of one (model, tp, dtype); collectives separately."""
+def points(model, tp: int, dtype: str, grid: str, attention: str = "paged") -> list[tuple[str, dict]]:
+    """All ``(family, key)`` compute points of one (model, tp, dtype); collectives separately.
+    Decode-attention keys carry ``block_size`` 0 for the ``contiguous`` variant (no blocks)."""
+    block_size = BLOCK_SIZE if attention == "paged" else 0
     g = grid_spec(grid)
     sh = shard_shapes(model, tp)
     base = {"dtype": dtype, "tp": tp}
@@ -97,7 +99,7 @@ def points(model, tp: int, dtype: str, grid: str) -> list[tuple[str, dict]]:
                 cs = decode_contexts(b, lo, hi)
                 if sum(cs) > g["decode_max_kv_tokens"]:
                     continue
-                out.append(("attn_decode", {**base, **heads, "block_size": BLOCK_SIZE, "batch": b,
+                out.append(("attn_decode", {**base, **heads, "block_size": block_size, "batch": b,
                                             "context_min": lo, "context_mean": round(sum(cs) / b),
                                             "context_max": hi, "kv_tokens_total": sum(cs)}))
     inter = sh.gemms.get("down", sh.gemms.get("expert_down"))[1]
@@ -130,7 +132,8 @@ def cost(family: str, key: dict) -> tuple[float, float]:
         c, ctx = key["chunk_tokens"], key["context_tokens"]
         return 4.0 * b * qh * d * c * (ctx + c / 2), es * b * d * (2 * qh * c + 2 * kvh * (ctx + c))
     if family == "attn_decode":
-        s = key["batch"] * -(-key["context_max"] // key["block_size"]) * key["block_size"]
+        bs = key["block_size"] or 1
+        s = key["batch"] * -(-key["context_max"] // bs) * bs
         return 4.0 * key["q_heads"] * key["head_dim"] * s, 6.0 * es * key["kv_heads"] * key["head_dim"] * s
     if family == "elementwise":
         return 0.0, 3.0 * es * key["tokens"] * key["hidden"]

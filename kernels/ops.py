@@ -14,6 +14,11 @@ import torch.nn.functional as F
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BLOCK_SIZE = 16
+ATTENTION = ("paged", "contiguous")
+"""Decode-attention variants the profiler can time (``--attention``): ``paged`` (the KV cache in
+blocks reached through a block table, as vLLM's engines keep it) or ``contiguous`` (one
+``[batch, kv_heads, context, head_dim]`` cache per layer attended with
+``scaled_dot_product_attention``, as Hugging Face transformers' default attention runs)."""
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -114,6 +119,31 @@ def attn_decode(key: dict, device) -> Callable:
         return torch.matmul(torch.softmax(scores.float(), dim=-1).to(dt), v)
 
     return run
+
+
+def attn_decode_contiguous(key: dict, device) -> Callable:
+    """One query token per sequence attending over a contiguous KV cache ``[batch, kv_heads,
+    longest context, head_dim]`` with ``scaled_dot_product_attention``, as transformers' SDPA
+    attention does in a decode step: with equal contexts no mask and grouped-query attention
+    through ``enable_gqa``; with mixed contexts (left padding to the longest) a boolean padding
+    mask and the query heads of each KV head packed into the query axis. ``block_size`` is 0 in
+    the key (no blocks). Appending the step's keys and values to the cache is not timed (an
+    engine's cache update: transformers' dynamic cache concatenates, a static cache writes in
+    place)."""
+    dt = torch_dtype(key["dtype"])
+    b, qh, kvh, d = key["batch"], key["q_heads"], key["kv_heads"], key["head_dim"]
+    ctx = decode_contexts(b, key["context_min"], key["context_max"])
+    s = max(ctx)
+    k = _randn(b, kvh, s, d, dtype=dt, device=device)
+    v = _randn(b, kvh, s, d, dtype=dt, device=device)
+    if all(c == s for c in ctx):
+        q = _randn(b, qh, 1, d, dtype=dt, device=device)
+        return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=qh != kvh)
+    q = _randn(b, kvh, qh // kvh, d, dtype=dt, device=device)  # [b, kvh, group, d]
+    pos = torch.arange(s, device=device).unsqueeze(0)
+    lens = torch.tensor(ctx, device=device).unsqueeze(1)
+    keep = (pos >= s - lens).view(b, 1, 1, s)  # left padding: each sequence's cache ends at s
+    return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
 
 
 def elementwise(key: dict, device, extra: dict) -> Callable:

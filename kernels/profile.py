@@ -26,7 +26,7 @@ import kernels.args
 from kernels.args import ProfileError, resolve_model
 from kernels import grid as grids
 from kernels import ops
-from kernels.schema import FAMILIES, RowWriter, key_of, read_rows
+from kernels.schema import FAMILIES, RowWriter, decode_attention, key_of, read_rows
 from kernels.timing import (CPU_TIMING, GPU_TIMING, L2Flusher, TimingConfig, cpu_clock, host_load, load_warning,
                             measure, quantile)
 
@@ -110,15 +110,18 @@ def _parse_list(s: str, cast=str) -> list:
     return [cast(x) for x in str(s).split(",") if x.strip()]
 
 
-def plan(model, tps: list[int], dtypes: list[str], grid: str, families: tuple[str, ...]) -> list[tuple[str, dict]]:
+def plan(model, tps: list[int], dtypes: list[str], grid: str, families: tuple[str, ...],
+         attention: str = "paged") -> list[tuple[str, dict]]:
     """Every compute point to profile, in order."""
+    if attention not in ops.ATTENTION:
+        raise ProfileError(f"--attention must be one of {', '.join(ops.ATTENTION)}, not {attention!r}")
     out = []
     for dtype in dtypes:
         if dtype not in ops.DTYPES:
             raise ProfileError(f"unsupported profile dtype {dtype!r}; use one of {', '.join(ops.DTYPES)}")
         for tp in tps:
             try:
-                pts = grids.points(model, tp, dtype, grid)
+                pts = grids.points(model, tp, dtype, grid, attention)
             except ValueError as e:
                 raise ProfileError(str(e)) from None
             out += [p for p in pts if p[0] in families]
@@ -152,13 +155,22 @@ def _build(fam: str, key: dict, device: torch.device, model, tp: int):
     if fam == "attn_prefill":
         return ops.attn_prefill(key, device)
     if fam == "attn_decode":
-        return ops.attn_decode(key, device)
+        return ops.attn_decode_contiguous(key, device) if key["block_size"] == 0 else ops.attn_decode(key, device)
     if fam == "elementwise":
         from sim.cost.ops import shard_shapes
 
         sh = shard_shapes(model, tp)
         return ops.elementwise(key, device, {"head_dim": sh.head_dim, "vocab_shard": sh.vocab_shard})
     return ops.sampling(key, device)
+
+
+ATTENTION_NOTES = {
+    "paged": "attn_decode is a PyTorch paged-attention reference (block-table gather + GQA attention), "
+             "not vLLM's fused kernel; a mixed batch pays for its longest context",
+    "contiguous": "attn_decode is scaled_dot_product_attention over a contiguous [batch, kv_heads, context, "
+                  "head_dim] cache (transformers' SDPA attention; block_size 0); a mixed batch is left-padded "
+                  "to its longest context; the cache append is not timed",
+}
 
 
 def model_card_path(arg: str) -> str | None:
@@ -177,8 +189,9 @@ def _load_meta(path: Path) -> dict:
 def run(device: str, model: str, tps: list[int], dtypes: list[str], grid: str = "small",
         out: str | Path = "calibration/profiles", hardware_id: str | None = None,
         families: tuple[str, ...] = FAMILIES, threads: int = 1, progress: bool = True,
-        timing: TimingConfig | None = None) -> Path:
-    """Profile ``model`` at each tp and dtype on ``device``; returns the profile folder."""
+        timing: TimingConfig | None = None, attention: str = "paged") -> Path:
+    """Profile ``model`` at each tp and dtype on ``device``; returns the profile folder.
+    ``attention``: the decode-attention variant timed (``kernels.ops.ATTENTION``)."""
     t_start = time.perf_counter()
     card, card_source = resolve_model(model)
     unknown = set(families) - set(FAMILIES)
@@ -194,9 +207,13 @@ def run(device: str, model: str, tps: list[int], dtypes: list[str], grid: str = 
         torch.set_num_threads(threads)
     timing = timing or (GPU_TIMING if dev.type == "cuda" else CPU_TIMING)
     hardware_id = hardware_id or detect_hardware_id(dev)
-    compute = plan(card, tps, dtypes, grid, tuple(f for f in families if f in COMPUTE))
+    compute = plan(card, tps, dtypes, grid, tuple(f for f in families if f in COMPUTE), attention)
     folder = Path(out) / hardware_id / card.id
     folder.mkdir(parents=True, exist_ok=True)
+    had = decode_attention(folder, default="")
+    if "attn_decode" in families and had and had != attention:
+        raise ProfileError(f"{folder} holds {had} decode-attention rows; profile --attention {attention} into "
+                           "another --out (one profile holds one variant)")
     skipped: list[dict] = []
     coll: dict[int, list[dict]] = {}
     if "collective" in families:
@@ -226,13 +243,13 @@ def run(device: str, model: str, tps: list[int], dtypes: list[str], grid: str = 
         "timing": {**asdict(timing), "clock": clock_name}, "threads": threads if dev.type == "cpu" else None,
         "host_load": {"start": load_start},
         "l2_flush_bytes": flusher.nbytes if flusher else 0,
-        "block_size": ops.BLOCK_SIZE,
+        "block_size": ops.BLOCK_SIZE if (had or attention) == "paged" else 0,
+        "attention": had or attention,  # the rows' variant: a run of other families keeps it
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "skipped": skipped, "failed": [], "runs": old.get("runs", []), "complete": False,
         "notes": [
             "times in microseconds; median, p10, p90 of `repeats` timed repeats after warm-up",
-            "attn_decode is a PyTorch paged-attention reference (block-table gather + GQA attention), "
-            "not vLLM's fused kernel; a mixed batch pays for its longest context",
+            ATTENTION_NOTES[had or attention],
             "sampling is over the full vocabulary (engines gather logit shards before sampling)",
         ],
     }
@@ -334,7 +351,7 @@ def main_args(args: argparse.Namespace) -> int:
         card, _ = resolve_model(args.model)
         hw = args.hardware_id or ("cpu" if args.device == "cpu" else detect_hardware_id(torch.device("cuda", 0)))
         timing = GPU_TIMING if args.device == "cuda" else CPU_TIMING
-        pts = plan(card, tps, dtypes, args.grid, tuple(f for f in families if f in COMPUTE))
+        pts = plan(card, tps, dtypes, args.grid, tuple(f for f in families if f in COMPUTE), args.attention)
         est = estimate_seconds(pts, hw, timing)
         for fam in COMPUTE:
             n = sum(1 for f, _ in pts if f == fam)
@@ -344,7 +361,7 @@ def main_args(args: argparse.Namespace) -> int:
         return 0
     t0 = time.perf_counter()
     folder = run(args.device, args.model, tps, dtypes, args.grid, args.out, args.hardware_id, families,
-                 args.threads, progress=not args.no_progress)
+                 args.threads, progress=not args.no_progress, attention=args.attention)
     meta = _load_meta(folder / "meta.json")
     print(f"profiled {meta.get('model')} on {meta.get('hardware_id')} in {time.perf_counter() - t0:.1f} s -> {folder}"
           f" ({sum(meta.get('rows', {}).values())} rows, {len(meta.get('failed', []))} failed)")

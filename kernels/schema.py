@@ -78,3 +78,13 @@ class RowWriter:
 
     def close(self) -> None:
         self._f.close()
+
+
+def decode_attention(folder: str | Path, default: str = "paged") -> str:
+    """The decode-attention variant of a profile folder's ``attn_decode.csv``: ``contiguous`` when
+    its rows have ``block_size`` 0 (``kernels.profile --attention contiguous``), ``paged`` when
+    they have blocks; ``default`` when it has no rows."""
+    rows = read_rows(Path(folder) / "attn_decode.csv")
+    if not rows:
+        return default
+    return "contiguous" if all(r["block_size"] == 0 for r in rows) else "paged"

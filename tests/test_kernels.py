@@ -209,6 +209,12 @@ def test_campaign_script_cpu_mode(tmp_path):
     for root in (tmp_path / "profiles", tmp_path / "out" / "calibration" / "profiles"):
         folder = root / "cpu" / "llama-tiny"
         assert all((folder / f"{f}.csv").exists() for f in FAMILIES) and (folder / "meta.json").exists()
+    if "engine check skipped" not in res.stdout:  # transformers installed: checked on a contiguous-attention profile
+        eng = json.loads((tmp_path / "out" / "calibration" / "engine" / "fitted" / "engine_overhead.json").read_text())
+        assert eng["provenance"]["cost_model"]["decode_attention"] == "contiguous"
+        cmeta = json.loads((tmp_path / "out" / "calibration" / "profiles_contiguous" / "cpu" / "llama-tiny"
+                            / "meta.json").read_text())
+        assert cmeta["attention"] == "contiguous"
 
 
 def test_kernels_import_without_simulator_dependencies():
@@ -219,3 +225,65 @@ def test_kernels_import_without_simulator_dependencies():
             "import kernels.profile, kernels.convert, kernels.collectives\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
+
+
+def _attention_reference(q, k, v):
+    """softmax(q k^T / sqrt(d)) v of one sequence: q [heads, d], k / v [kv_heads, s, d] (GQA)."""
+    g = q.shape[0] // k.shape[0]
+    kk, vv = k.repeat_interleave(g, 0), v.repeat_interleave(g, 0)
+    w = torch.softmax((q.unsqueeze(1) @ kk.transpose(1, 2)).squeeze(1) / q.shape[-1] ** 0.5, -1)
+    return (w.unsqueeze(1) @ vv).squeeze(1)
+
+
+@pytest.mark.parametrize("ctx_min", [7, 40])
+def test_contiguous_decode_attention_attends_each_sequence_over_its_own_context(ctx_min, monkeypatch):
+    """``attn_decode_contiguous``: with equal contexts plain GQA attention over the whole cache;
+    with mixed ones each sequence attends only to its last ``context`` positions (left padding)."""
+    from kernels import ops
+
+    made = []
+    real = ops._randn
+    monkeypatch.setattr(ops, "_randn", lambda *s, **kw: made.append(real(*s, **kw)) or made[-1])
+    key = {"dtype": "fp32", "batch": 3, "q_heads": 8, "kv_heads": 4, "head_dim": 16, "block_size": 0,
+           "context_min": ctx_min, "context_max": 40}
+    out = ops.attn_decode_contiguous(key, torch.device("cpu"))()
+    k, v, q = made
+    ctx = ops.decode_contexts(3, ctx_min, 40)
+    assert (ctx[0] < 40) == (ctx_min < 40)
+    for i, c in enumerate(ctx):
+        qi = q[i].reshape(8, 16)  # [b, q_heads, 1, d] or packed [b, kv_heads, group, d]: head order kept
+        want = _attention_reference(qi, k[i, :, 40 - c:], v[i, :, 40 - c:])
+        assert torch.allclose(out[i].reshape(8, 16), want, atol=1e-5)
+
+
+def test_attention_variant_in_grid_meta_and_resume(tmp_path):
+    """``--attention contiguous``: decode keys carry block_size 0, meta.json records the variant,
+    the fit carries it to the cost model, and a folder holding the other variant is refused."""
+    card = load_model_card(TINY)
+    pts = [k for f, k in grid.points(card, 1, "fp32", "small", "contiguous") if f == "attn_decode"]
+    paged = [k for f, k in grid.points(card, 1, "fp32", "small") if f == "attn_decode"]
+    assert [k["block_size"] for k in pts] == [0] * len(paged) and {k["block_size"] for k in paged} == {16}
+    assert [{**k, "block_size": 16} for k in pts] == paged
+    from kernels.args import ProfileError
+    from kernels.profile import plan
+
+    with pytest.raises(ProfileError, match="--attention must be one of paged, contiguous"):
+        plan(card, [1], ["fp32"], "small", ("attn_decode",), "flash")
+    folder = run("cpu", str(TINY), [1], ["fp32"], "small", tmp_path / "p", families=("attn_decode",),
+                 progress=False, attention="contiguous")
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["attention"] == "contiguous" and meta["block_size"] == 0 and "contiguous" in " ".join(meta["notes"])
+    assert {r["block_size"] for r in read_rows(folder / "attn_decode.csv")} == {0}
+    with pytest.raises(ProfileError, match="holds contiguous decode-attention rows; profile --attention paged"):
+        run("cpu", str(TINY), [1], ["fp32"], "small", tmp_path / "p", families=("attn_decode",), progress=False)
+    run("cpu", str(TINY), [1], ["fp32"], "small", tmp_path / "p", families=("sampling",), progress=False)
+    assert json.loads((folder / "meta.json").read_text())["attention"] == "contiguous"  # the rows' variant kept
+    from calibration.fit import fit
+    from sim.catalog import get_hardware
+    from sim.cost.profiled import load_profiled_cost_model
+
+    fitted = fit(folder, tmp_path / "f")
+    assert json.loads((fitted / "meta.json").read_text())["attention"] == "contiguous"
+    cm = load_profiled_cost_model(card, get_hardware(str(ROOT / "calibration" / "cards" / "cpu-host.yaml")),
+                                  profiles_dir=str(fitted), dtype="fp32", act_dtype="fp32")
+    assert cm.decode_attention == "contiguous"

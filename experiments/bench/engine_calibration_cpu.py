@@ -1,11 +1,13 @@
 """End-to-end calibration against an engine servesim did not write, on the CPU: profile llama-tiny
-(small grid, fp32, one torch thread, process time), fit, time Hugging Face transformers
+(small grid, fp32, one torch thread, process time; decode attention timed as transformers runs it:
+SDPA over a contiguous cache, ``--attention contiguous``), fit, time Hugging Face transformers
 ``generate`` on static batches of a random-weight Llama of the same architecture (built in code,
 nothing downloaded), fit the engine's host overhead on half of the shapes (alternating) and
 predict the other half. Prints every row and the held-out median errors against the target
 (first token <= 10%, per token <= 10%, median). Run it on a quiet machine; it prints the load.
 
-    python experiments/bench/engine_calibration_cpu.py [--out DIR] [--repeats 5] [--output-tokens 17]
+    python experiments/bench/engine_calibration_cpu.py [--out DIR] [--repeats 5] [--output-tokens 17] \
+        [--attention contiguous|paged]
 
 The CI test (tests/test_engine_calibration.py) runs a smaller version with looser bounds.
 """
@@ -29,6 +31,9 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=5, help="generate calls per shape (the fastest counts)")
     p.add_argument("--output-tokens", type=int, default=17)
     p.add_argument("--shapes", default="1:32,1:128,1:512,2:64,2:256,4:32,4:128,4:512,8:64,8:256,16:32,16:128")
+    p.add_argument("--attention", choices=["contiguous", "paged"], default="contiguous",
+                   help="decode attention to profile (default contiguous: what transformers runs; paged: the "
+                        "vLLM-style reference, for comparison)")
     a = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -46,7 +51,7 @@ def main() -> int:
     torch.set_num_threads(1)
     load0 = host_load()
     folder = profile("cpu", tiny, [1], ["fp32"], "small", out / "profiles", progress=False,
-                     families=("gemm", "attn_prefill", "attn_decode", "elementwise", "sampling"))
+                     families=("gemm", "attn_prefill", "attn_decode", "elementwise", "sampling"), attention=a.attention)
     fitted = fit(folder, out / "fitted")
     model = static_batch.build_model(get_model(tiny), "fp32")
     rows = static_batch.time_shapes(model, static_batch.parse_shapes(a.shapes), a.output_tokens, a.repeats,
@@ -61,7 +66,8 @@ def main() -> int:
                                        f"fp32, 1 thread, torch {torch.__version__}"]))
     print(report(doc))
     load1 = host_load()
-    print(f"\nhost load average: {load0['loadavg']} at start, {load1['loadavg']} at end, on {load1['cpus']} CPU(s)")
+    print(f"\ndecode attention profiled: {a.attention}")
+    print(f"host load average: {load0['loadavg']} at start, {load1['loadavg']} at end, on {load1['cpus']} CPU(s)")
     held = doc["error"]["held_out_rows"]
     ok = True
     for m in ("first_token_s", "per_token_s"):

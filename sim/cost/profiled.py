@@ -16,9 +16,12 @@ roofline says). Every such query is counted in ``_oor`` and reported as
 ``summary.json`` ``sim.out_of_range_queries``. An operator, tp or dtype without a table falls
 back to the roofline with this device's fitted efficiency factors.
 
-Decode attention is keyed by the longest context of the decode batch because the profiled
-kernel (and the real replay) is a padded paged-attention reference: a batch pays for its
-longest sequence. ``step_time`` records that length before composing the step.
+Decode attention is priced as the profile measured it: a paged-attention reference (block-table
+gather, then attention; vLLM's KV layout) or ``scaled_dot_product_attention`` over a contiguous
+cache (Hugging Face transformers' layout), as the fitted ``meta.json`` ``attention`` records
+(``decode_attention`` on the model). Both are keyed by the longest context of the decode batch
+because both pad a batch to its longest sequence. ``step_time`` records that length before
+composing the step.
 """
 from __future__ import annotations
 
@@ -158,6 +161,8 @@ class ProfiledCostModel(RooflineCostModel):
     """The roofline with each profiled operator replaced by a table lookup (see module doc)."""
 
     source = "profiled"
+    decode_attention = "paged"
+    """The decode attention the ``attn_decode`` tables measured (``paged`` or ``contiguous``)."""
 
     def __init__(self, model, hw, tables: dict[str, Table], **kw):
         super().__init__(model, hw, **kw)
@@ -291,6 +296,7 @@ def load_profiled_cost_model(model, hw, *, params: RooflineParams | None = None,
     p, src = fitted_params(folder, params, dtype, user_params, overhead_files)
     cm = ProfiledCostModel(model, hw, tables, tp=tp, pp=pp, dtype=dtype, kv_dtype=kv_dtype,
                            block_size=block_size, params=p, **precision)
+    cm.decode_attention = _read_json(folder / "meta.json").get("attention") or "paged"
     cm.params_source = f"fitted for this device ({folder})"
     files = sorted({v for k, v in src.items() if k in CPU_KEYS})
     if files:
