@@ -2,7 +2,7 @@
 parallelism (DP+EP), at 8, 16 and 32 GPUs, swept over load: throughput per GPU against TPOT, with
 the cost per million output tokens.
 
-    python experiments/moe_parallelism.py --out results/moe_parallelism [--num-requests N]
+    python experiments/moe_parallelism.py --out results/moe_parallelism [--requests-per-gpu N]
 
 - TP only: replicas of TP 8 (one node each), round robin (1, 2, 4 replicas).
 - DP+EP: one expert group of 8, 16 or 32 GPUs: TP 1 attention on every GPU (``parallelism.dp``
@@ -10,8 +10,9 @@ the cost per million output tokens.
   (``parallelism.ep``), steps synchronised over the group (``sim.cost.expert_parallel``). Groups
   of 16 and 32 span 2 and 4 nodes (wide EP).
 
-Priced by the kernel database (vLLM tables). Each point is one simulation of ``--num-requests``
-Poisson arrivals with conversation-like lengths. Writes ``results.csv`` and
+Priced by the kernel database (vLLM tables). Each point is one simulation of Poisson arrivals
+with conversation-like lengths, ``--requests-per-gpu`` requests per GPU (so that every fleet
+size runs about as long, and start and drain weigh alike). Writes ``results.csv`` and
 ``figures/moe_parallelism.{png,svg}``.
 """
 from __future__ import annotations
@@ -35,11 +36,11 @@ LAYOUTS = [
 RATES_PER_GPU = [0.25, 0.5, 1.0, 1.5]
 
 
-def run_all(n: int) -> pd.DataFrame:
+def run_all(per_gpu_requests: int) -> pd.DataFrame:
     rows = []
     for kind, gpus, par, cluster in LAYOUTS:
         for per_gpu in RATES_PER_GPU:
-            rate = per_gpu * gpus
+            rate, n = per_gpu * gpus, per_gpu_requests * gpus
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 s = simulate({"model": "deepseek-v3", "hardware": "h200-sxm", "dtype": "fp8", "parallelism": par,
@@ -86,9 +87,9 @@ def plot(df: pd.DataFrame, out: Path) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("results/moe_parallelism"))
-    ap.add_argument("--num-requests", type=int, default=1500)
+    ap.add_argument("--requests-per-gpu", type=int, default=150)
     a = ap.parse_args()
-    df = run_all(a.num_requests)
+    df = run_all(a.requests_per_gpu)
     a.out.mkdir(parents=True, exist_ok=True)
     df.to_csv(a.out / "results.csv", index=False)
     plot(df, a.out / "figures")

@@ -163,7 +163,7 @@ def judge_load(f: LoadFold, replicas: int = 1) -> dict:
                f"{q_last:,} at the last arrival (not growing)")
         knob = "add headroom (replicas, or a lower rate) if the queueing delay of the peak matters"
         return {"state": "backlogged", "why": why, "knob": knob, "evidence": ev}
-    return {"state": "stable", "why": f"the waiting queue stayed below {material:g} requests (peak {peak:,})",
+    return {"state": "stable", "why": f"the waiting queue stayed below {math.ceil(material):,} requests (peak {peak:,})",
             "knob": None, "evidence": ev}
 
 
