@@ -60,3 +60,30 @@ def assert_run_invariants(eng, out) -> None:
     assert not eng.by_id  # every request left
     for rep in eng.replicas:
         assert rep.kv.num_used == 0 and not rep.kv.held and not rep.scheduler.has_work()
+
+
+class Simulated(BaseException):
+    """Raised by the tripwire: the input reached the simulator."""
+
+
+@pytest.fixture
+def tripwire(monkeypatch):
+    """Bad inputs must fail before any simulation: running the engine raises ``Simulated``."""
+    import sim.shards
+
+    def boom(*a, **k):
+        raise Simulated("a bad input reached the simulator")
+
+    monkeypatch.setattr(sim.shards, "run_engine", boom)
+
+
+def one_error(capsys, argv, code=2) -> str:
+    """Run the CLI in-process; it must exit ``code`` with exactly one line on stderr."""
+    from sim.cli import main
+
+    rc = main(argv)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == code, (argv, rc, err)
+    assert len(lines) == 1 and "Traceback" not in err, (argv, err)
+    return lines[0]

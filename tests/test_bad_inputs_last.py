@@ -8,30 +8,8 @@ import time
 import pytest
 
 from sim.catalog import CatalogError, get_model
+from conftest import one_error
 from sim.cli import main
-
-
-class Simulated(BaseException):
-    """Raised by the tripwire: the input reached the simulator."""
-
-
-@pytest.fixture
-def tripwire(monkeypatch):
-    import sim.shards
-
-    def boom(*a, **k):
-        raise Simulated("a bad input reached the simulator")
-
-    monkeypatch.setattr(sim.shards, "run_engine", boom)
-
-
-def one_error(capsys, argv) -> str:
-    rc = main(argv)
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert rc == 2, (argv, rc, err)
-    assert len(lines) == 1 and "Traceback" not in err, (argv, err)
-    return lines[0]
 
 
 def bomb(levels: int = 9, leaf: str = "workload") -> str:

@@ -12,34 +12,10 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from sim import simulate
+from conftest import one_error
 from sim.cli import main
 from sim.config import Config
 from sim.errors import ConfigError
-
-
-class Simulated(BaseException):
-    """Raised by the tripwire: the input reached the simulator."""
-
-
-@pytest.fixture
-def tripwire(monkeypatch):
-    import sim.shards
-
-    def boom(*a, **k):
-        raise Simulated("a bad input reached the simulator")
-
-    monkeypatch.setattr(sim.shards, "run_engine", boom)
-
-
-def one_error(capsys, argv, code=2) -> str:
-    """Run the CLI in-process; it must exit ``code`` with exactly one line on stderr."""
-    rc = main(argv)
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert rc == code, (argv, rc, err)
-    assert len(lines) == 1, (argv, err)
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def _files(tmp_path):
