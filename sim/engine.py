@@ -581,16 +581,21 @@ class Engine:
         then the routed experts and the exchange for the whole group's tokens; a rank with
         nothing to do runs a dummy batch, as vLLM does), and each rank completes its batch at its
         end. No fast paths. The group sleeps when no rank has work."""
-        from sim.cost.expert_parallel import dp_step_time
+        from sim.cost.expert_parallel import dp_step
 
         env, by_id, par = self.env, self.by_id, self.cfg.parallelism
         cost = ranks[0].cost
+        idle = BatchShape((), (), 0, 0, par.tp, par.pp)  # a rank with nothing to do (a dummy batch)
         idle_plans = 0
         while True:
             now = env.now
             plans, shapes, held, moved_any = [], [], [], False
             for rep in ranks:
                 sched = rep.scheduler
+                if not sched.waiting and not sched.running:  # (planning would give nothing)
+                    plans.append(None)
+                    shapes.append(idle)
+                    continue
                 plan = sched.schedule(now)
                 if plan.empty:
                     moved = bool(plan.preempted or plan.aborted)
@@ -602,7 +607,7 @@ class Engine:
                         wake = None if moved else sched.wake_at(now)
                         held.append((rep, wake))
                     plans.append(None)
-                    shapes.append(BatchShape((), (), 0, 0, par.tp, par.pp))
+                    shapes.append(idle)
                     continue
                 ctx = lifecycle.commit(plan, by_id, now)
                 if plan.aborted:
@@ -628,15 +633,12 @@ class Engine:
                 yield self._sleep(ranks, None)
                 continue
             idle_plans = 0
-            total = dp_step_time(cost, shapes)
+            total, owns = dp_step(cost, shapes)
             end = now + total
             yield _At(env, end)
-            for rep, plan, shape in zip(ranks, plans, shapes):
+            for rep, plan, shape, own in zip(ranks, plans, shapes, owns):
                 if plan is None:
                     continue
-                oor = cost._oor
-                own = cost.step_time(shape)  # (its breakdown; its queries were counted by dp_step_time)
-                cost._oor = oor
                 # the rank's own components; the group's routed experts, the exchange and the wait
                 # for the slowest rank are the rest of the step (booked as gemm: mostly experts)
                 st = StepTime(total, own.gemm + (total - own.total), own.attn_prefill, own.attn_decode, own.comm,

@@ -26,11 +26,12 @@ from __future__ import annotations
 from sim.types import BatchShape
 
 
-def rank_part(cm, shape: BatchShape) -> float:
+def rank_part(cm, shape: BatchShape, st=None) -> float:
     """One rank's step without the routed experts: attention, dense layers, shared experts, router,
-    norms, LM head, all-reduces within its tp group, CPU overhead."""
-    tokens = sum(shape.new_tokens)
-    return cm.step_time(shape).total - cm.shapes.moe_layers * cm.moe(tokens)
+    norms, LM head, all-reduces within its tp group, CPU overhead (``st``: its ``step_time``, when
+    the caller has it)."""
+    st = cm.step_time(shape) if st is None else st
+    return st.total - cm.shapes.moe_layers * cm.moe(sum(shape.new_tokens))
 
 
 def group_part(cm, tokens: int) -> float:
@@ -42,12 +43,19 @@ def group_part(cm, tokens: int) -> float:
     return s.moe_layers * (cm.moe(tokens) + cm.dp_exchange(tokens))
 
 
-def dp_step_time(cm, shapes: list[BatchShape]) -> float:
-    """Seconds of one step synchronised over the ``cm.dp`` attention ranks of an expert group:
-    the slowest rank's own part plus the group's routed experts and exchange. ``shapes``: one
-    batch shape per rank (an idle rank: an empty shape, a dummy batch of one token)."""
+def dp_step(cm, shapes: list[BatchShape]) -> tuple[float, list]:
+    """One step synchronised over the ``cm.dp`` attention ranks of an expert group: its seconds
+    (the slowest rank's own part plus the group's routed experts and exchange) and each rank's
+    own ``StepTime`` (None for an idle rank), each priced once. ``shapes``: one batch shape per
+    rank (an idle rank: an empty shape, a dummy batch of one token)."""
     if len(shapes) != cm.dp:
         raise ValueError(f"dp_step_time: {len(shapes)} batch shapes for {cm.dp} attention ranks")
-    own = [rank_part(cm, sh) if sh.new_tokens else 0.0 for sh in shapes]
+    steps = [cm.step_time(sh) if sh.new_tokens else None for sh in shapes]
+    own = [0.0 if st is None else rank_part(cm, sh, st) for st, sh in zip(steps, shapes)]
     tokens = sum(max(1, sum(sh.new_tokens)) for sh in shapes)
-    return max(own) + group_part(cm, tokens)
+    return max(own) + group_part(cm, tokens), steps
+
+
+def dp_step_time(cm, shapes: list[BatchShape]) -> float:
+    """Seconds of one step synchronised over the ``cm.dp`` attention ranks (``dp_step``)."""
+    return dp_step(cm, shapes)[0]
