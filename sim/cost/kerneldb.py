@@ -86,6 +86,7 @@ class Grid:
         self.la = [np.log(np.asarray(a, dtype=float)).tolist() for a in axes]
         self.lt = np.log(np.asarray(t, dtype=float))
         self._rows = (None, None)  # (the lt they were read from, lt as nested lists)
+        self._finite = True  # every log time finite (set with the rows, by ``_table``)
         self._dims = len(axes) if len(axes) in (2, 3) and all(len(a) > 1 for a in self.la) else 0  # unrolled
 
     def clamp(self, x: tuple[float, ...]) -> tuple[tuple[float, ...], bool]:
@@ -151,12 +152,19 @@ class Grid:
         if src is not self.lt:
             rows = self.lt.tolist()
             self._rows = (self.lt, rows)
+            self._finite = bool(np.isfinite(self.lt).all())
         return rows
 
     def along(self, x0: float, xs: list[float]) -> list[float]:
         """``self((x0, x))`` for each ``x`` of ``xs`` on a two-axis grid of two or more points per
         axis, every point in range: ``_bilinear`` with the first axis' cell and weight found
-        once, the same operations otherwise (a run of decode steps at one batch size)."""
+        once, the same operations otherwise (a run of decode steps at one batch size).
+
+        The second axis' cell is searched only when a point leaves the cell of the one before
+        (decode runs ask growing lengths, so a run crosses a few cells); and with every log time
+        finite, the corners of weight 0 are added instead of skipped (adding 0 to a finite sum
+        leaves it unchanged but for the sign of a zero sum, which ``exp`` does not see), and an
+        ``x0`` on a grid line (weight 0 or 1) reads that row alone (its products by 1.0 exact)."""
         a, b = self.la
         i, w0 = _cell(a, x0)
         u0 = 1.0 - w0
@@ -164,27 +172,51 @@ class Grid:
         lo, hi = rows[i], rows[i + 1]
         last, log, exp = len(b) - 2, math.log, math.exp
         out = []
+        if not self._finite:
+            for x in xs:
+                lv = log(x)
+                j = bisect_right(b, lv) - 1
+                j = 0 if j < 0 else (last if j > last else j)
+                span = b[j + 1] - b[j]
+                w1 = (lv - b[j]) / span if span else 0.0
+                u1 = 1.0 - w1
+                acc = 0.0
+                w = u0 * u1
+                if w:
+                    acc += w * lo[j]
+                w = w0 * u1
+                if w:
+                    acc += w * hi[j]
+                w = u0 * w1
+                if w:
+                    acc += w * lo[j + 1]
+                w = w0 * w1
+                if w:
+                    acc += w * hi[j + 1]
+                out.append(exp(acc))
+            return out
+        one = lo if w0 == 0.0 else (hi if u0 == 0.0 else None)  # x0 on a grid line: one row
+        append, inf = out.append, math.inf
+        floor = ceil = 0.0  # the current cell j holds log x in [floor, ceil)
+        bj = span = r0 = r1 = l0 = l1 = h0 = h1 = 0.0
         for x in xs:
             lv = log(x)
-            j = bisect_right(b, lv) - 1
-            j = 0 if j < 0 else (last if j > last else j)
-            span = b[j + 1] - b[j]
-            w1 = (lv - b[j]) / span if span else 0.0
+            if not floor <= lv < ceil:
+                j = bisect_right(b, lv) - 1
+                j = 0 if j < 0 else (last if j > last else j)
+                floor = b[j] if j > 0 else -inf
+                ceil = b[j + 1] if j < last else inf
+                bj, span = b[j], b[j + 1] - b[j]
+                if one is not None:
+                    r0, r1 = one[j], one[j + 1]
+                else:
+                    l0, l1, h0, h1 = lo[j], lo[j + 1], hi[j], hi[j + 1]
+            w1 = (lv - bj) / span if span else 0.0
             u1 = 1.0 - w1
-            acc = 0.0
-            w = u0 * u1
-            if w:
-                acc += w * lo[j]
-            w = w0 * u1
-            if w:
-                acc += w * hi[j]
-            w = u0 * w1
-            if w:
-                acc += w * lo[j + 1]
-            w = w0 * w1
-            if w:
-                acc += w * hi[j + 1]
-            out.append(exp(acc))
+            if one is not None:
+                append(exp(u1 * r0 + w1 * r1))
+            else:
+                append(exp(u0 * u1 * l0 + w0 * u1 * h0 + u0 * w1 * l1 + w0 * w1 * h1))
         return out
 
     @property
@@ -377,6 +409,11 @@ class KernelDbCostModel(RooflineCostModel):
         self._moe = self._moe_grid(arrays.get("moe|rows"))
         if self.shapes.num_experts and self._moe is None:
             self.notes.append("MoE experts: roofline (shape not in the database)")
+        cls = type(self)
+        if (cls.attn_prefill is KernelDbCostModel.attn_prefill and cls.attn_prefill_window is RooflineCostModel.attn_prefill_window
+                and cls._dense_part is RooflineCostModel._dense_part and cls._dense_terms is KernelDbCostModel._dense_terms
+                and cls._fixed_part is RooflineCostModel._fixed_part):
+            self._step_memo = {}  # _price's fixed parts of one-chunk steps, their counts replayed (_fixed_part)
 
     # ------------------------------------------------------------------ tables
     def _start_tables(self, framework: str, version: str, system: str, arrays: dict) -> None:
@@ -573,6 +610,21 @@ class KernelDbCostModel(RooflineCostModel):
         mlp = self.moe(tokens) if s.num_experts else self.gemm("gate_up", tokens) + self.gemm("down", tokens)
         gemm = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp) + self.gemm("lm_head", num_seqs)
         return (gemm, *self._other_and_comm(tokens, num_seqs))
+
+    def _memo_fixed(self, tokens: int, n: int, chunks) -> tuple:
+        """The roofline's step-memo entry (``_fixed_part`` and the out-of-range queries a hit
+        counts besides the dense part's, which ``_price`` adds): here the prefill attention's,
+        which its own memo counts at every asking; they are taken back from the count now, as
+        ``_price`` adds them on this asking too. A first pricing of the dense part counts by
+        itself, as without the step memo. So a step is counted the same whether its fixed part
+        is priced or replayed (pure functions of tokens, sequences and chunk: the database's
+        lookups are memoised by the same keys)."""
+        fresh = n and (tokens, n) not in self._dense_cache
+        oor0 = self._oor
+        fixed = self._fixed_part(tokens, n, chunks)
+        again = self._oor - oor0 - (fixed[5] if fresh else 0)
+        self._oor -= again
+        return (*fixed, again)
 
     def _other_and_comm(self, tokens: int, num_seqs: int) -> tuple[float, float]:
         """(other_gpu, comm) of a step: the elementwise operators the engine does not fuse into
