@@ -605,11 +605,37 @@ class KernelDbCostModel(RooflineCostModel):
     # ------------------------------------------------------------------ composition
     def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
         """As the roofline's, with the all-reduce from the database (bf16 activations) and the
-        GQA/dense-or-MoE layout it composes (MoE and MLA models: ``sim.cost.kerneldb_moe``)."""
-        s, L = self.shapes, self.model.num_layers
-        mlp = self.moe(tokens) if s.num_experts else self.gemm("gate_up", tokens) + self.gemm("down", tokens)
-        gemm = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp) + self.gemm("lm_head", num_seqs)
-        return (gemm, *self._other_and_comm(tokens, num_seqs))
+        GQA/dense-or-MoE layout it composes (MoE and MLA models: ``sim.cost.kerneldb_moe``).
+        The parts that depend on the tokens only and those that depend on the sequences only are
+        each kept (with the out-of-range queries pricing them counted, counted again on a hit),
+        since a step's tokens and sequences pair in many ways; a first pricing asks the tables
+        in the order of pricing the step at once (the layer GEMMs, the LM head, the all-reduce),
+        so the operators out of range are met in the same order."""
+        tok = self._token_cache.get(tokens)
+        if tok is None:
+            s, L = self.shapes, self.model.num_layers
+            oor0 = self._oor
+            mlp = self.moe(tokens) if s.num_experts else self.gemm("gate_up", tokens) + self.gemm("down", tokens)
+            gemm_l = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp)
+            oor1 = self._oor
+            seq = self._counted(self._seq_cache, num_seqs, self._seq_parts)
+            oor2 = self._oor
+            tok = self._token_cache[tokens] = (gemm_l, *self._token_other(tokens), (oor1 - oor0) + (self._oor - oor2))
+        else:
+            self._oor += tok[-1]
+            seq = self._counted(self._seq_cache, num_seqs, self._seq_parts)
+        gemm_l, other_l, embed, comm_l, pp, _ = tok
+        lm_head, norm, sampling, gather, _ = seq
+        other = other_l + (embed + norm + sampling)
+        comm = comm_l + gather
+        if self.pp > 1:
+            comm += pp
+        return gemm_l + lm_head, other, comm
+
+    def _seq_parts(self, num_seqs: int) -> tuple[float, float, float, float]:
+        """(LM head, final norm, sampling, logits all-gather): the parts of ``_dense_terms`` that
+        depend on the sequences only."""
+        return (self.gemm("lm_head", num_seqs), *self._seq_other(num_seqs))
 
     def _memo_fixed(self, tokens: int, n: int, chunks) -> tuple:
         """The roofline's step-memo entry (``_fixed_part`` and the out-of-range queries a hit
@@ -630,16 +656,30 @@ class KernelDbCostModel(RooflineCostModel):
         """(other_gpu, comm) of a step: the elementwise operators the engine does not fuse into
         another kernel (roofline), the all-reduce from the database, the logits all-gather and
         the pipeline sends (roofline)."""
+        other, embed, comm, pp = self._token_other(tokens)
+        norm, sampling, gather = self._seq_other(num_seqs)
+        other += embed + norm + sampling
+        comm += gather
+        if self.pp > 1:
+            comm += pp
+        return other, comm
+
+    def _token_other(self, tokens: int) -> tuple[float, float, float, float]:
+        """(layer elementwise operators, embedding, all-reduces, pipeline sends) of
+        ``_other_and_comm``: its parts that depend on the tokens only."""
         s, L = self.shapes, self.model.num_layers
         fused = self.engine["fused"]
         other = L * sum(mult * self.elementwise(op, tokens) for op, mult in
                         (("rmsnorm", 2), ("silu_mul", 1), ("rotary", 1), ("kv_write", 1)) if op not in fused)
-        other += self.elementwise("embedding", tokens) + self.elementwise("rmsnorm", num_seqs) + self.sampling(num_seqs)
         comm = L * 2 * self.all_reduce(tokens * s.hidden)
-        comm += RooflineCostModel.collective(self, "all_gather", num_seqs * s.vocab * 4, self.tp)
-        if self.pp > 1:
-            comm += (self.pp - 1) * (tokens * s.hidden * 2 / self.hw.link_bw + self.p.allreduce_latency_s)
-        return other, comm
+        pp = (self.pp - 1) * (tokens * s.hidden * 2 / self.hw.link_bw + self.p.allreduce_latency_s) if self.pp > 1 else 0.0
+        return other, self.elementwise("embedding", tokens), comm, pp
+
+    def _seq_other(self, num_seqs: int) -> tuple[float, float, float]:
+        """(final norm, sampling, logits all-gather) of ``_other_and_comm``: its parts that
+        depend on the sequences only."""
+        return (self.elementwise("rmsnorm", num_seqs), self.sampling(num_seqs),
+                RooflineCostModel.collective(self, "all_gather", num_seqs * self.shapes.vocab * 4, self.tp))
 
     # ------------------------------------------------------------------ decode runs
     def decode_totals(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> list[float]:
