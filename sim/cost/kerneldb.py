@@ -391,6 +391,7 @@ class KernelDbCostModel(RooflineCostModel):
     """The roofline with GEMMs, attention, all-reduce and MoE priced from the kernel database."""
 
     source = "kerneldb"
+    _grid_decode = False  # decode attention priced from the decode table alone (set by __init__)
 
     def __init__(self, model, hw, *, framework: str, version: str, system: str, arrays: dict, **kw):
         super().__init__(model, hw, **kw)
@@ -410,6 +411,12 @@ class KernelDbCostModel(RooflineCostModel):
         if self.shapes.num_experts and self._moe is None:
             self.notes.append("MoE experts: roofline (shape not in the database)")
         cls = type(self)
+        self._grid_decode = (cls.attn_decode is KernelDbCostModel.attn_decode and not self.layers_window
+                             and cls._decode_attn is KernelDbCostModel._decode_attn
+                             and cls._decode_attn_priced is KernelDbCostModel._decode_attn_priced
+                             and cls._attn_decode_run is KernelDbCostModel._attn_decode_run
+                             and cls._grid_decode_run is KernelDbCostModel._grid_decode_run
+                             and self._gen.two_axes)  # decode attention from the table alone (count_decode_run)
         if (cls.attn_prefill is KernelDbCostModel.attn_prefill and cls.attn_prefill_window is RooflineCostModel.attn_prefill_window
                 and cls._dense_part is RooflineCostModel._dense_part and cls._dense_terms is KernelDbCostModel._dense_terms
                 and cls._fixed_part is RooflineCostModel._fixed_part):
@@ -707,6 +714,14 @@ class KernelDbCostModel(RooflineCostModel):
         if steps <= 0:
             return
         dense = self._dense_part(num_seqs, num_seqs)[3]
+        g, n = self._gen if self._grid_decode else None, num_seqs
+        if (g is not None and g.lo[0] <= n <= g.hi[0] and g.lo[1] <= kv_tokens / n
+                and (kv_tokens + (steps - 1) * n) / n <= g.hi[1]):
+            # every step's (batch, mean KV length) inside the decode table (the lengths only
+            # grow): no query out of range, so nothing to price again (a leg's runs are counted
+            # after all of them were priced, when the last run's memo holds only the last)
+            self._oor += dense * steps
+            return
         self._oor += dense * steps + sum(self._decode_attn(num_seqs, kv_tokens, longest, steps)[1])
 
     def _decode_parts(self, n: int, kv_tokens: int, longest: int, steps: int):
