@@ -87,6 +87,7 @@ class Grid:
         self.lt = np.log(np.asarray(t, dtype=float))
         self._rows = (None, None)  # (the lt they were read from, lt as nested lists)
         self._finite = True  # every log time finite (set with the rows, by ``_table``)
+        self._first: dict[float, tuple[int, float]] = {}  # along's x0 -> its cell on the first axis (batch sizes)
         self._dims = len(axes) if len(axes) in (2, 3) and all(len(a) > 1 for a in self.la) else 0  # unrolled
 
     def clamp(self, x: tuple[float, ...]) -> tuple[tuple[float, ...], bool]:
@@ -166,7 +167,10 @@ class Grid:
         leaves it unchanged but for the sign of a zero sum, which ``exp`` does not see), and an
         ``x0`` on a grid line (weight 0 or 1) reads that row alone (its products by 1.0 exact)."""
         a, b = self.la
-        i, w0 = _cell(a, x0)
+        cell = self._first.get(x0)
+        if cell is None:
+            cell = self._first[x0] = _cell(a, x0)
+        i, w0 = cell
         u0 = 1.0 - w0
         rows = self._table()
         lo, hi = rows[i], rows[i + 1]
