@@ -391,10 +391,18 @@ def test_two_axis_grid_lookup_is_bit_identical_to_the_general_one(seed, na, nb, 
     for x in [(float(rng.uniform(a[0], a[-1])), float(rng.uniform(b[0], b[-1]))) for _ in range(8)] + \
              [(float(a[i]), float(b[j])) for i in (0, na - 1) for j in (0, nb - 1)]:
         assert g(x) == g._multilinear(x)
-    # ``along`` (a decode run's lookups at one batch size) is ``_bilinear`` point by point
-    x0 = float(rng.choice([a[0], a[-1], rng.uniform(a[0], a[-1])]))
-    xs = sorted([float(v) for v in rng.uniform(b[0], b[-1], 12)] + [float(b[0]), float(b[-1])])
-    assert g.along(x0, xs) == [g((x0, x)) for x in xs]
+    # ``along`` (a decode run's lookups at one batch size) is ``_multilinear`` point by point: at
+    # any batch (on a grid line or between), lengths growing (as decode runs ask them) or in any
+    # order, on grid lines or between, and with a log time that is not finite (a zero time)
+    xs = sorted([float(v) for v in rng.uniform(b[0], b[-1], 12)] + [float(v) for v in b])
+    for x0 in [float(v) for v in a] + [float(rng.uniform(a[0], a[-1]))]:
+        for order in (xs, list(rng.permutation(xs))):
+            assert g.along(x0, order) == [g._multilinear((x0, x)) for x in order]
+    with np.errstate(divide="ignore"):
+        z = kerneldb.Grid([a, b], np.where(rng.uniform(size=(na, nb)) < 0.3, 0.0, rng.uniform(1e-6, 1e-2, (na, nb))))
+    for x0 in (float(a[0]), float(rng.uniform(a[0], a[-1]))):
+        assert g.along(x0, xs) == [g._multilinear((x0, x)) for x in xs]
+        assert z.along(x0, xs) == [z._multilinear((x0, x)) for x in xs]
 
 
 @settings(max_examples=200, deadline=None)
@@ -451,6 +459,7 @@ def assert_decode_runs_are_single_steps(make, runs) -> None:
             assert series[c] == [getattr(w, c) for w in want[:keep]], c
         assert series["source"] == fast.source
         assert fast.out_of_range_total() == slow.out_of_range_total()
+        assert fast._oor == slow._oor  # per operator too: queries and GPU time (``Extrapolation``)
         last = (n, kv + keep * n, longest + keep)
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.fastforward import DecodeRun
-from sim.metrics.steplog import StepLog
+from sim.metrics.steplog import StepLog, run_busy_ns
 from sim.types import StepTime
 
 sources = st.sampled_from(["roofline", "profiled", "database"])
@@ -59,3 +59,23 @@ def test_merged_totals():
         merged.merge(p)
     assert merged.sources == Counter({"roofline": 12, "profiled": 2}) and merged.count == 14
     assert merged.peak_kv_blocks == 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(start=st.floats(0, 1e6), gaps=st.lists(st.floats(1e-6, 10.0), min_size=1, max_size=150),
+       extra=st.integers(0, 3))
+def test_run_busy_time_is_each_step_rounded_to_nanoseconds(start, gaps, extra):
+    """A run's busy time (the step log's ``busy_ns``) is the sum of its steps' times, each
+    rounded to whole nanoseconds as ``StepLog.add`` rounds one step, short runs (summed in
+    plain Python) and long ones (numpy) alike; times past the run's steps are not read."""
+    times = [start]
+    for g in gaps:
+        times.append(times[-1] + g)
+    times += [times[-1] + 1.0] * extra
+    run = DecodeRun(None, times, None, 0, [], 16, "roofline", len(gaps))
+    want = 0
+    for a, b in zip(times, times[1:len(gaps) + 1]):
+        log = StepLog(keep_rows=False)
+        log.add(0, a, StepTime(b - a), 1, 0, 1, 0, 0, 0)
+        want += log.busy_ns
+    assert run_busy_ns(run) == want

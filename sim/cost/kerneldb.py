@@ -86,6 +86,8 @@ class Grid:
         self.la = [np.log(np.asarray(a, dtype=float)).tolist() for a in axes]
         self.lt = np.log(np.asarray(t, dtype=float))
         self._rows = (None, None)  # (the lt they were read from, lt as nested lists)
+        self._finite = True  # every log time finite (set with the rows, by ``_table``)
+        self._first: dict[float, tuple[int, float]] = {}  # along's x0 -> its cell on the first axis (batch sizes)
         self._dims = len(axes) if len(axes) in (2, 3) and all(len(a) > 1 for a in self.la) else 0  # unrolled
 
     def clamp(self, x: tuple[float, ...]) -> tuple[tuple[float, ...], bool]:
@@ -151,40 +153,74 @@ class Grid:
         if src is not self.lt:
             rows = self.lt.tolist()
             self._rows = (self.lt, rows)
+            self._finite = bool(np.isfinite(self.lt).all())
         return rows
 
     def along(self, x0: float, xs: list[float]) -> list[float]:
         """``self((x0, x))`` for each ``x`` of ``xs`` on a two-axis grid of two or more points per
         axis, every point in range: ``_bilinear`` with the first axis' cell and weight found
-        once, the same operations otherwise (a run of decode steps at one batch size)."""
+        once, the same operations otherwise (a run of decode steps at one batch size).
+
+        The second axis' cell is searched only when a point leaves the cell of the one before
+        (decode runs ask growing lengths, so a run crosses a few cells); and with every log time
+        finite, the corners of weight 0 are added instead of skipped (adding 0 to a finite sum
+        leaves it unchanged but for the sign of a zero sum, which ``exp`` does not see), and an
+        ``x0`` on a grid line (weight 0 or 1) reads that row alone (its products by 1.0 exact)."""
         a, b = self.la
-        i, w0 = _cell(a, x0)
+        cell = self._first.get(x0)
+        if cell is None:
+            cell = self._first[x0] = _cell(a, x0)
+        i, w0 = cell
         u0 = 1.0 - w0
         rows = self._table()
         lo, hi = rows[i], rows[i + 1]
         last, log, exp = len(b) - 2, math.log, math.exp
         out = []
+        if not self._finite:
+            for x in xs:
+                lv = log(x)
+                j = bisect_right(b, lv) - 1
+                j = 0 if j < 0 else (last if j > last else j)
+                span = b[j + 1] - b[j]
+                w1 = (lv - b[j]) / span if span else 0.0
+                u1 = 1.0 - w1
+                acc = 0.0
+                w = u0 * u1
+                if w:
+                    acc += w * lo[j]
+                w = w0 * u1
+                if w:
+                    acc += w * hi[j]
+                w = u0 * w1
+                if w:
+                    acc += w * lo[j + 1]
+                w = w0 * w1
+                if w:
+                    acc += w * hi[j + 1]
+                out.append(exp(acc))
+            return out
+        one = lo if w0 == 0.0 else (hi if u0 == 0.0 else None)  # x0 on a grid line: one row
+        append, inf = out.append, math.inf
+        floor = ceil = 0.0  # the current cell j holds log x in [floor, ceil)
+        bj = span = r0 = r1 = l0 = l1 = h0 = h1 = 0.0
         for x in xs:
             lv = log(x)
-            j = bisect_right(b, lv) - 1
-            j = 0 if j < 0 else (last if j > last else j)
-            span = b[j + 1] - b[j]
-            w1 = (lv - b[j]) / span if span else 0.0
+            if not floor <= lv < ceil:
+                j = bisect_right(b, lv) - 1
+                j = 0 if j < 0 else (last if j > last else j)
+                floor = b[j] if j > 0 else -inf
+                ceil = b[j + 1] if j < last else inf
+                bj, span = b[j], b[j + 1] - b[j]
+                if one is not None:
+                    r0, r1 = one[j], one[j + 1]
+                else:
+                    l0, l1, h0, h1 = lo[j], lo[j + 1], hi[j], hi[j + 1]
+            w1 = (lv - bj) / span if span else 0.0
             u1 = 1.0 - w1
-            acc = 0.0
-            w = u0 * u1
-            if w:
-                acc += w * lo[j]
-            w = w0 * u1
-            if w:
-                acc += w * hi[j]
-            w = u0 * w1
-            if w:
-                acc += w * lo[j + 1]
-            w = w0 * w1
-            if w:
-                acc += w * hi[j + 1]
-            out.append(exp(acc))
+            if one is not None:
+                append(exp(u1 * r0 + w1 * r1))
+            else:
+                append(exp(u0 * u1 * l0 + w0 * u1 * h0 + u0 * w1 * l1 + w0 * w1 * h1))
         return out
 
     @property
@@ -359,6 +395,7 @@ class KernelDbCostModel(RooflineCostModel):
     """The roofline with GEMMs, attention, all-reduce and MoE priced from the kernel database."""
 
     source = "kerneldb"
+    _grid_decode = False  # decode attention priced from the decode table alone (set by __init__)
 
     def __init__(self, model, hw, *, framework: str, version: str, system: str, arrays: dict, **kw):
         super().__init__(model, hw, **kw)
@@ -377,6 +414,17 @@ class KernelDbCostModel(RooflineCostModel):
         self._moe = self._moe_grid(arrays.get("moe|rows"))
         if self.shapes.num_experts and self._moe is None:
             self.notes.append("MoE experts: roofline (shape not in the database)")
+        cls = type(self)
+        self._grid_decode = (cls.attn_decode is KernelDbCostModel.attn_decode and not self.layers_window
+                             and cls._decode_attn is KernelDbCostModel._decode_attn
+                             and cls._decode_attn_priced is KernelDbCostModel._decode_attn_priced
+                             and cls._attn_decode_run is KernelDbCostModel._attn_decode_run
+                             and cls._grid_decode_run is KernelDbCostModel._grid_decode_run
+                             and self._gen.two_axes)  # decode attention from the table alone (count_decode_run)
+        if (cls.attn_prefill is KernelDbCostModel.attn_prefill and cls.attn_prefill_window is RooflineCostModel.attn_prefill_window
+                and cls._dense_part is RooflineCostModel._dense_part and cls._dense_terms is KernelDbCostModel._dense_terms
+                and cls._fixed_part is RooflineCostModel._fixed_part):
+            self._step_memo = {}  # _price's fixed parts of one-chunk steps, their counts replayed (_fixed_part)
 
     # ------------------------------------------------------------------ tables
     def _start_tables(self, framework: str, version: str, system: str, arrays: dict) -> None:
@@ -568,27 +616,82 @@ class KernelDbCostModel(RooflineCostModel):
     # ------------------------------------------------------------------ composition
     def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
         """As the roofline's, with the all-reduce from the database (bf16 activations) and the
-        GQA/dense-or-MoE layout it composes (MoE and MLA models: ``sim.cost.kerneldb_moe``)."""
-        s, L = self.shapes, self.model.num_layers
-        mlp = self.moe(tokens) if s.num_experts else self.gemm("gate_up", tokens) + self.gemm("down", tokens)
-        gemm = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp) + self.gemm("lm_head", num_seqs)
-        return (gemm, *self._other_and_comm(tokens, num_seqs))
+        GQA/dense-or-MoE layout it composes (MoE and MLA models: ``sim.cost.kerneldb_moe``).
+        The parts that depend on the tokens only and those that depend on the sequences only are
+        each kept (with the out-of-range queries pricing them counted, counted again on a hit),
+        since a step's tokens and sequences pair in many ways; a first pricing asks the tables
+        in the order of pricing the step at once (the layer GEMMs, the LM head, the all-reduce),
+        so the operators out of range are met in the same order."""
+        tok = self._token_cache.get(tokens)
+        if tok is None:
+            s, L = self.shapes, self.model.num_layers
+            oor0 = self._oor
+            mlp = self.moe(tokens) if s.num_experts else self.gemm("gate_up", tokens) + self.gemm("down", tokens)
+            gemm_l = L * (self.gemm("qkv", tokens) + self.gemm("o", tokens) + mlp)
+            oor1 = self._oor
+            seq = self._counted(self._seq_cache, num_seqs, self._seq_parts)
+            oor2 = self._oor
+            tok = self._token_cache[tokens] = (gemm_l, *self._token_other(tokens), (oor1 - oor0) + (self._oor - oor2))
+        else:
+            self._oor += tok[-1]
+            seq = self._counted(self._seq_cache, num_seqs, self._seq_parts)
+        gemm_l, other_l, embed, comm_l, pp, _ = tok
+        lm_head, norm, sampling, gather, _ = seq
+        other = other_l + (embed + norm + sampling)
+        comm = comm_l + gather
+        if self.pp > 1:
+            comm += pp
+        return gemm_l + lm_head, other, comm
+
+    def _seq_parts(self, num_seqs: int) -> tuple[float, float, float, float]:
+        """(LM head, final norm, sampling, logits all-gather): the parts of ``_dense_terms`` that
+        depend on the sequences only."""
+        return (self.gemm("lm_head", num_seqs), *self._seq_other(num_seqs))
+
+    def _memo_fixed(self, tokens: int, n: int, chunks) -> tuple:
+        """The roofline's step-memo entry (``_fixed_part`` and the out-of-range queries a hit
+        counts besides the dense part's, which ``_price`` adds): here the prefill attention's,
+        which its own memo counts at every asking; they are taken back from the count now, as
+        ``_price`` adds them on this asking too. A first pricing of the dense part counts by
+        itself, as without the step memo. So a step is counted the same whether its fixed part
+        is priced or replayed (pure functions of tokens, sequences and chunk: the database's
+        lookups are memoised by the same keys)."""
+        fresh = n and (tokens, n) not in self._dense_cache
+        oor0 = self._oor
+        fixed = self._fixed_part(tokens, n, chunks)
+        again = self._oor - oor0 - (fixed[5] if fresh else 0)
+        self._oor -= again
+        return (*fixed, again)
 
     def _other_and_comm(self, tokens: int, num_seqs: int) -> tuple[float, float]:
         """(other_gpu, comm) of a step: the elementwise operators the engine does not fuse into
         another kernel (roofline), the all-reduce from the database, the logits all-gather and
         the pipeline sends (roofline)."""
+        other, embed, comm, pp = self._token_other(tokens)
+        norm, sampling, gather = self._seq_other(num_seqs)
+        other += embed + norm + sampling
+        comm += gather
+        if self.pp > 1:
+            comm += pp
+        return other, comm
+
+    def _token_other(self, tokens: int) -> tuple[float, float, float, float]:
+        """(layer elementwise operators, embedding, all-reduces, pipeline sends) of
+        ``_other_and_comm``: its parts that depend on the tokens only."""
         s, L = self.shapes, self.model.num_layers
         fused = self.engine["fused"]
         norms = (("q_norm", 1), ("k_norm", 1)) if s.qk_norm else ()
         other = L * sum(mult * self.elementwise(op, tokens) for op, mult in
                         (("rmsnorm", 2), ("silu_mul", 1), ("rotary", 1), ("kv_write", 1), *norms) if op not in fused)
-        other += self.elementwise("embedding", tokens) + self.elementwise("rmsnorm", num_seqs) + self.sampling(num_seqs)
         comm = L * 2 * self.all_reduce(tokens * s.hidden)
-        comm += RooflineCostModel.collective(self, "all_gather", num_seqs * s.vocab * 4, self.tp)
-        if self.pp > 1:
-            comm += (self.pp - 1) * (tokens * s.hidden * 2 / self.hw.link_bw + self.p.allreduce_latency_s)
-        return other, comm
+        pp = (self.pp - 1) * (tokens * s.hidden * 2 / self.hw.link_bw + self.p.allreduce_latency_s) if self.pp > 1 else 0.0
+        return other, self.elementwise("embedding", tokens), comm, pp
+
+    def _seq_other(self, num_seqs: int) -> tuple[float, float, float]:
+        """(final norm, sampling, logits all-gather) of ``_other_and_comm``: its parts that
+        depend on the sequences only."""
+        return (self.elementwise("rmsnorm", num_seqs), self.sampling(num_seqs),
+                RooflineCostModel.collective(self, "all_gather", num_seqs * self.shapes.vocab * 4, self.tp))
 
     # ------------------------------------------------------------------ decode runs
     def decode_totals(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> list[float]:
@@ -616,6 +719,14 @@ class KernelDbCostModel(RooflineCostModel):
         if steps <= 0:
             return
         dense = self._dense_part(num_seqs, num_seqs)[3]
+        g, n = self._gen if self._grid_decode else None, num_seqs
+        if (g is not None and g.lo[0] <= n <= g.hi[0] and g.lo[1] <= kv_tokens / n
+                and (kv_tokens + (steps - 1) * n) / n <= g.hi[1]):
+            # every step's (batch, mean KV length) inside the decode table (the lengths only
+            # grow): no query out of range, so nothing to price again (a leg's runs are counted
+            # after all of them were priced, when the last run's memo holds only the last)
+            self._oor += dense * steps
+            return
         self._oor += dense * steps + sum(self._decode_attn(num_seqs, kv_tokens, longest, steps)[1])
 
     def _decode_parts(self, n: int, kv_tokens: int, longest: int, steps: int):

@@ -689,16 +689,18 @@ class RooflineCostModel:
         of a step with one prefill chunk (all but its decode attention and swap: the same values,
         computed by ``_fixed_part`` once) is memoised by (tokens, sequences, chunk) where this class
         prices prefill attention and the dense part itself (pure functions, counting nothing out of
-        range but what the dense part's count replays); a memo that reaches ``STEP_MEMO_ENTRIES``
-        starts again empty."""
+        range but what the dense part's count replays), or where a subclass enables it and says
+        in ``_memo_fixed`` what else a hit counts (the kernel database); a memo that reaches
+        ``STEP_MEMO_ENTRIES`` starts again empty."""
         if len(chunks) == 1 and self._step_memo is not None:  # the common mixed step
             key = (tokens, n, chunks[0])
             fixed = self._step_memo.get(key)
             if fixed is None:
                 if len(self._step_memo) >= STEP_MEMO_ENTRIES:
                     self._step_memo.clear()
-                fixed = self._step_memo[key] = self._fixed_part(tokens, n, chunks)
-            gemm, ap, comm, other, cpu, oor = fixed
+                fixed = self._step_memo[key] = self._memo_fixed(tokens, n, chunks)
+            gemm, ap, comm, other, cpu, oor, again = fixed
+            self._oor += again
         else:
             gemm, ap, comm, other, cpu, oor = self._fixed_part(tokens, n, chunks)
         # attention runs in every layer of every stage; sliding-window layers see at most W keys
@@ -723,6 +725,11 @@ class RooflineCostModel:
             swap = swapped * block_bytes / self.hw.host_bw
         total = gemm + ap + ad + comm + other + cpu + swap
         return StepTime(total, gemm, ap, ad, comm, other, cpu, swap, self.source, oor & COUNT_MASK)
+
+    def _memo_fixed(self, tokens: int, n: int, chunks) -> tuple:
+        """A step-memo entry: ``_fixed_part`` and the out-of-range queries a hit counts besides
+        the dense part's (none here: this class's prefill attention counts nothing)."""
+        return (*self._fixed_part(tokens, n, chunks), 0)
 
     def _fixed_part(self, tokens: int, n: int, chunks) -> tuple[float, float, float, float, float, int]:
         """(gemm, attn_prefill, comm, other_gpu, cpu, out-of-range queries of the dense part) of a
