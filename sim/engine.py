@@ -10,6 +10,7 @@ per token. Where the pieces live: docs/architecture.md.
 from __future__ import annotations
 
 import heapq
+from functools import partial
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -81,6 +82,18 @@ class Replica:
         self._eng = engine
         self.by_id, self.itl, self.steps = engine.by_id, engine.itl, engine.steps
         self.tp, self.pp = engine.cfg.parallelism.tp, engine.cfg.parallelism.pp
+        # the fast paths' interface: the engine's own functions, bound to this replica (no extra
+        # Python frame on their hot paths)
+        self.next_arrival = partial(engine.next_arrival_for, self)
+        """() -> the earliest time a new request can reach this replica (a lower bound)."""
+        self.must_wait = partial(engine._wait, self)
+        """(end, arrival=None) -> whether the replica's loop must wait for the clock to reach
+        ``end`` (the end of a step or run), rather than go on at its own clock (``runs_ahead``)."""
+        self.step = partial(engine._step, self)
+        """(plan, start) -> a generator running ``plan`` as one step (yield from it; it returns
+        the step's end)."""
+        self.leave = partial(engine._leave, self)
+        """(r) -> ``r`` produced its last token: it leaves the scheduler and its row is written."""
         self.wake: simpy.Event | None = None
         self.role = "both"  # or "prefill" / "decode" under disaggregation
         self.up = True  # serving (False while crashed, warming up or retired)
@@ -94,25 +107,6 @@ class Replica:
         """Wake the replica's loop if it sleeps."""
         if self.wake is not None and not self.wake.triggered:
             self.wake.succeed()
-
-    # ---- the fast paths' interface to the engine
-    def next_arrival(self) -> float:
-        """The earliest time a new request can reach this replica (a lower bound)."""
-        return self._eng.next_arrival_for(self)
-
-    def must_wait(self, end: float, arrival: float | None = None) -> bool:
-        """Whether the replica's loop must wait for the clock to reach ``end`` (the end of a
-        step or run), rather than go on at its own clock (``Engine.runs_ahead``)."""
-        return self._eng._wait(self, end, arrival)
-
-    def step(self, plan, start: float):
-        """Run ``plan`` as one step starting at ``start`` (a generator to yield from; returns
-        the step's end)."""
-        return self._eng._step(self, plan, start)
-
-    def leave(self, r: Request) -> None:
-        """``r`` produced its last token: it leaves the scheduler and its row is written."""
-        self._eng._leave(self, r)
 
 
 class Engine:
@@ -177,7 +171,9 @@ class Engine:
         self.requests = RequestLog(self.sink, cfg.output.stream_chunk_rows)
         self.by_id: dict[int, Request] = {}  # the requests in flight
         self.admitted = 0
-        self.steps = StepLog(keep_rows=cfg.output.step_records)
+        # (busy time: only for the share of extrapolated GPU time, which a cost model that names
+        # what it extrapolated reports)
+        self.steps = StepLog(keep_rows=cfg.output.step_records, track_busy=hasattr(self.cost, "extrapolated"))
         self.itl = ItlSketch() if self.sink is not None else ItlLog()
         # attention data parallelism: each replica is an expert group of ``dp`` ranks, each rank
         # its own scheduler and KV pool (a ``Replica``: the routers see ranks); a group steps as one

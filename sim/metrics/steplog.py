@@ -161,7 +161,10 @@ class StepLog:
     peak_kv_blocks: int = 0
     busy_ns: int = 0
     """Step time summed over every step of every replica, each step rounded to whole nanoseconds
-    (an integer: the same sum in any order, so with ``engine.workers`` too)."""
+    (an integer: the same sum in any order, so with ``engine.workers`` too); kept only with
+    ``track_busy`` (what the share of extrapolated time needs: a cost model that can leave its
+    measured grid), else 0."""
+    track_busy: bool = True
     _sources: Counter = field(default_factory=Counter, init=False, repr=False)
     # the steps counted since ``sources`` was last read: a Counter's item assignment dispatches
     # through Python (it defines __delitem__), about three times a plain dict's
@@ -178,7 +181,8 @@ class StepLog:
     def add(self, replica: int, start: float, st, batch: int, prefill: int, decode: int, preempted: int,
             kv_used: int, waiting: int) -> None:
         self.count += 1
-        self.busy_ns += int(st.total * 1e9 + 0.5)
+        if self.track_busy:
+            self.busy_ns += int(st.total * 1e9 + 0.5)
         if kv_used > self.peak_kv_blocks:
             self.peak_kv_blocks = kv_used
         self._recent[st.source] += 1
@@ -223,7 +227,8 @@ class StepLog:
         row sees the arrivals and finishes of the run's last step)."""
         k = run.steps
         self.count += k
-        self.busy_ns += run_busy_ns(run)
+        if self.track_busy:
+            self.busy_ns += run_busy_ns(run)
         if used_end > self.peak_kv_blocks or run.most_used() > self.peak_kv_blocks:  # (else no step can raise it)
             peak = run.peak_used(used_end)
             if peak > self.peak_kv_blocks:
