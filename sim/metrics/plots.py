@@ -28,11 +28,16 @@ def _plt():
 
 
 def save(fig, out: Path, name: str) -> list[str]:
+    """``fig`` as PNG and SVG, cropped to its drawn extent. The extent is measured once and used
+    for both files (``bbox_inches="tight"`` would lay the figure out again for each)."""
     out.mkdir(parents=True, exist_ok=True)
+    from matplotlib import rcParams
+
+    box = fig.get_tightbbox(fig.canvas.get_renderer()).padded(rcParams["savefig.pad_inches"])
     files = []
     for ext in ("png", "svg"):
         p = out / f"{name}.{ext}"
-        fig.savefig(p, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else None)
+        fig.savefig(p, bbox_inches=box, metadata={"Date": None} if ext == "svg" else None)
         files.append(str(p))
     return files
 
