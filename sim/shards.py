@@ -95,4 +95,23 @@ def merge(parts: list, workers: int):
     out.simulated_s = max(p.simulated_s for p in parts)
     out.out_of_range = sum(p.out_of_range for p in parts)
     out.workers = workers
+    if out.cost_info and "extrapolated" in out.cost_info:  # every process's, not the first one's
+        out.cost_info = {**out.cost_info,
+                         "extrapolated": merge_extrapolated([(p.cost_info or {}).get("extrapolated") or [] for p in parts])}
     return out
+
+
+def merge_extrapolated(parts: list[list[dict]]) -> list[dict]:
+    """The per-operator extrapolation entries of several processes as one list: queries and GPU
+    seconds summed, query ranges widened, in the order the operators first appear."""
+    out: dict[str, dict] = {}
+    for entries in parts:
+        for e in entries:
+            m = out.get(e["operator"])
+            if m is None:
+                out[e["operator"]] = {**e, "query_range": [list(r) for r in e["query_range"]]}
+                continue
+            m["queries"] += e["queries"]
+            m["gpu_s"] += e["gpu_s"]
+            m["query_range"] = [[min(a[0], b[0]), max(a[1], b[1])] for a, b in zip(m["query_range"], e["query_range"])]
+    return list(out.values())

@@ -79,3 +79,17 @@ def test_run_busy_time_is_each_step_rounded_to_nanoseconds(start, gaps, extra):
         log.add(0, a, StepTime(b - a), 1, 0, 1, 0, 0, 0)
         want += log.busy_ns
     assert run_busy_ns(run) == want
+
+
+def test_workers_merge_every_process_s_extrapolation():
+    """``engine.workers``: the per-operator extrapolation of each process is summed, not only the
+    first process's kept."""
+    from sim.shards import merge_extrapolated
+
+    a = [{"operator": "lm_head", "queries": 3, "gpu_s": 0.5, "query_range": [[1, 4], [10, 10]], "grid_range": [[1, 2]]}]
+    b = [{"operator": "lm_head", "queries": 2, "gpu_s": 0.25, "query_range": [[2, 9], [10, 10]], "grid_range": [[1, 2]]},
+         {"operator": "attn", "queries": 1, "gpu_s": 0.1, "query_range": [[5, 5]], "grid_range": [[1, 2]]}]
+    got = merge_extrapolated([a, b])
+    assert [e["operator"] for e in got] == ["lm_head", "attn"]
+    assert got[0]["queries"] == 5 and got[0]["gpu_s"] == 0.75 and got[0]["query_range"] == [[1, 9], [10, 10]]
+    assert a[0]["query_range"] == [[1, 4], [10, 10]]  # the inputs are left alone
