@@ -305,12 +305,7 @@ class Engine:
     def _step(self, rep: Replica, plan, start: float):
         """Commit ``plan``, wait for its step (unless the replica runs ahead: ``_wait``),
         complete it; returns the step's end (a generator the loop yields from)."""
-        ctx = lifecycle.commit(plan, self.by_id, start)
-        if plan.aborted:
-            self._abort(plan)
-        par = self.cfg.parallelism
-        shape = BatchShape(tuple(plan.num_new_tokens.values()), tuple(ctx), plan.blocks_swapped_in,
-                           plan.blocks_swapped_out, par.tp, par.pp)
+        shape = self._commit(plan, start)
         st = self._cost(rep, start).step_time(shape)
         accepted = None
         if self.drafter is not None:  # the decodes verify their drafts: acceptances drawn, drafts priced
@@ -332,6 +327,26 @@ class Engine:
         self.steps.add(rep.idx, start, st, len(shape.new_tokens), prefill, decode, len(plan.preempted),
                        rep.kv.num_used, len(rep.scheduler.waiting))
         return now
+
+    def _commit(self, plan, now: float) -> BatchShape:
+        """Commit ``plan`` at ``now`` (``lifecycle.commit``) and abort what it dropped; the step's
+        ``BatchShape``."""
+        ctx = lifecycle.commit(plan, self.by_id, now)
+        if plan.aborted:
+            self._abort(plan)
+        par = self.cfg.parallelism
+        return BatchShape(tuple(plan.num_new_tokens.values()), tuple(ctx), plan.blocks_swapped_in,
+                          plan.blocks_swapped_out, par.tp, par.pp)
+
+    def _empty(self, sched, plan, now: float) -> tuple[bool, float | None]:
+        """An empty ``plan``: its preemptions and aborts applied; returns whether it had any, and
+        the time the policy holds the requests it still has until (``wake_at``; None: no time,
+        nothing left, or something moved, so the policy plans again at once)."""
+        moved = bool(plan.preempted or plan.aborted)
+        if moved:
+            lifecycle.commit(plan, self.by_id, now)
+            self._abort(plan)
+        return moved, (sched.wake_at(now) if not moved and sched.has_work() else None)
 
     def _verify(self, plan, st):
         """Speculative decoding in a step: each decoding request given drafts (more than its one
@@ -537,12 +552,8 @@ class Engine:
                         continue
             plan = sched.schedule(now)
             if plan.empty:
-                moved = bool(plan.preempted or plan.aborted)
-                if moved:  # preemptions or aborts without a step: apply them, plan again
-                    lifecycle.commit(plan, self.by_id, now)
-                    self._abort(plan)
+                moved, wake = self._empty(sched, plan, now)  # (moved: plan again)
                 if sched.has_work():
-                    wake = None if moved else sched.wake_at(now)
                     if wake is not None and wake > now:  # the policy holds them until then
                         if now > env.now:
                             yield now
@@ -594,23 +605,15 @@ class Engine:
                     continue
                 plan = sched.schedule(now)
                 if plan.empty:
-                    moved = bool(plan.preempted or plan.aborted)
-                    if moved:  # preemptions or aborts without a step: applied now
-                        lifecycle.commit(plan, by_id, now)
-                        self._abort(plan)
-                        moved_any = True
+                    moved, wake = self._empty(sched, plan, now)
+                    moved_any = moved_any or moved
                     if sched.has_work():
-                        wake = None if moved else sched.wake_at(now)
                         held.append((rep, wake))
                     plans.append(None)
                     shapes.append(idle)
                     continue
-                ctx = lifecycle.commit(plan, by_id, now)
-                if plan.aborted:
-                    self._abort(plan)
                 plans.append(plan)
-                shapes.append(BatchShape(tuple(plan.num_new_tokens.values()), tuple(ctx), plan.blocks_swapped_in,
-                                         plan.blocks_swapped_out, par.tp, par.pp))
+                shapes.append(self._commit(plan, now))
             if not any(p is not None for p in plans):
                 if held:
                     wakes = [w for _, w in held if w is not None and w > now]
