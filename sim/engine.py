@@ -79,7 +79,6 @@ class Replica:
 
     def __init__(self, idx: int, scheduler, kv: KVManager, cost, engine: "Engine"):
         self.idx, self.scheduler, self.kv, self.cost = idx, scheduler, kv, cost
-        self._eng = engine
         self.by_id, self.itl, self.steps = engine.by_id, engine.itl, engine.steps
         self.tp, self.pp = engine.cfg.parallelism.tp, engine.cfg.parallelism.pp
         # the fast paths' interface: the engine's own functions, bound to this replica (no extra
@@ -150,7 +149,7 @@ class Engine:
         self.cfg = cfg
         # shard (w, n): this process simulates replicas i with i % n == w (see ``run_engine``)
         self.shard = shard
-        self.own = {i for i in range(cfg.cluster.replicas * getattr(cfg.parallelism, "dp", 1))
+        self.own = {i for i in range(cfg.cluster.replicas * cfg.parallelism.dp)
                     if i % shard[1] == shard[0]}
         # record_plans: keep each step's (replica, start_s, request ids, BatchShape) in
         # ``self.plans`` (the real replay of calibration/ executes them); off by default.
@@ -177,7 +176,7 @@ class Engine:
         self.itl = ItlSketch() if self.sink is not None else ItlLog()
         # attention data parallelism: each replica is an expert group of ``dp`` ranks, each rank
         # its own scheduler and KV pool (a ``Replica``: the routers see ranks); a group steps as one
-        self.dp = getattr(cfg.parallelism, "dp", 1)  # (what dp > 1 does not simulate is refused by the config)
+        self.dp = cfg.parallelism.dp  # (what dp > 1 does not simulate is refused by the config)
         self.replicas = [self._new_replica(i) for i in range(cfg.cluster.replicas * self.dp)]
         self.disagg = Disaggregation.for_config(cfg, self.replicas, self.hw, self.model)  # None: not disaggregated
         self.entry_pool = self.disagg.entry_pool if self.disagg else self.replicas  # where arrivals go

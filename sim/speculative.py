@@ -141,7 +141,7 @@ class Drafter:
             return self.k * self.draft.decode_step(n, kv_tokens, longest).total
         # EAGLE / MTP: one decoder layer of the target and its LM head, per draft token
         st = self.target.decode_step(n, kv_tokens, longest)
-        head = self.target.gemm("lm_head", n) if hasattr(self.target, "gemm") else 0.0
+        head = self.target.gemm("lm_head", n)
         layers = self.target.model.num_layers
         return self.k * ((st.total - st.cpu - head) / layers + head)
 
