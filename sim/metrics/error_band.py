@@ -102,8 +102,9 @@ def band_lines(b: dict | None, s: dict, fmt=None) -> list[str]:
     if "group" not in b:
         return [f"error band: {b['note']}"]
     g = b["group"]
-    head = (f"measured error of the cost model on {g['framework']} {g['hardware']} {g['dtype']} at concurrency "
-            f"{g['concurrency']} ({b['rows']} held-out runs; {b['match']}; of benchmark means)")
+    head = (f"error band: the cost model's error measured on {b['rows']} held-out benchmark runs ({g['framework']}, "
+            f"{g['hardware']}, {g['dtype']}, concurrency {g['concurrency']}: {b['match']}; errors of the runs' means, "
+            "applied to these percentiles)")
     out = [head]
     for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
         lo, hi = b[key.replace("_s", "_error")]
