@@ -74,7 +74,7 @@ class Replica:
 
     It is also the whole interface the fast paths (``sim.flow``) have to the engine: besides
     those three, the logs (``by_id``, ``itl``, ``steps``), its parallelism (``tp``, ``pp``),
-    ``next_arrival``, ``must_wait``, ``step`` and ``leave``. Nothing else of the engine is
+    ``next_arrival``, ``must_wait``, ``step``, ``drop`` and ``leave``. Nothing else of the engine is
     theirs to read or change."""
 
     def __init__(self, idx: int, scheduler, kv: KVManager, cost, engine: "Engine"):
@@ -91,6 +91,8 @@ class Replica:
         self.step = partial(engine._step, self)
         """(plan, start) -> a generator running ``plan`` as one step (yield from it; it returns
         the step's end)."""
+        self.drop = lambda plan, now: engine._empty(self.scheduler, plan, now)
+        """(plan, now) -> an empty ``plan``: its preemptions and aborts applied, no step run."""
         self.leave = partial(engine._leave, self)
         """(r) -> ``r`` produced its last token: it leaves the scheduler and its row is written."""
         self.wake: simpy.Event | None = None

@@ -94,7 +94,7 @@ class Flow:
     (``times``), and the largest gap of each segment (``seg_max``: a mixed step or a leg of
     decode steps, in step order). ``run`` drives it; the other methods are its parts. It reads
     only the replica's side of the engine (``Replica``: its scheduler, pool, cost model, logs,
-    ``next_arrival``, ``must_wait``, ``step``, ``leave``)."""
+    ``next_arrival``, ``must_wait``, ``step``, ``drop``, ``leave``)."""
 
     __slots__ = ("rep", "sched", "kv", "cost", "by_id", "itl", "members", "leaves", "offsets", "times", "seg_max",
                  "base", "seq", "aggregates", "counting")
@@ -320,7 +320,11 @@ class Flow:
                     k += 1
                     continue
                 self.materialize(k)
-                return (yield from rep.step(sched.with_decodes(p), t))
+                full = sched.with_decodes(p)
+                if full.empty:  # no member left and nothing admitted (held, or aborted): no step runs;
+                    rep.drop(full, t)  # its aborts applied, the loop plans again (as it would have)
+                    return t
+                return (yield from rep.step(full, t))
             if not members:
                 return t
             if k >= FLOW_STEPS:

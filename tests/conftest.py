@@ -1,9 +1,16 @@
 """Shared test helpers. Tests run on the CPU; the public traces in ../shared/traces are optional."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI draws the same examples on every run (a landing is reproducible; a failure found elsewhere is
+# kept as an ``@example``); a plain ``python -m pytest`` draws new ones each time, to find bugs.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"

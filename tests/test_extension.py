@@ -5,7 +5,7 @@ at a time (``Scheduler.wake_at``) instead of having its held requests aborted.""
 from contextlib import contextmanager
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import tiny_config, uniform_workload
@@ -72,6 +72,8 @@ def test_the_hold_policy_is_exact_and_holds(static, rows):
 @given(static=st.booleans(), replicas=st.integers(1, 3), rate=st.floats(1.0, 200.0), n=st.integers(1, 40),
        pmax=st.integers(1, 400), omax=st.integers(1, 80), blocks=st.integers(40, 600), seed=st.integers(0, 100),
        rows=st.booleans())
+# a flow whose batch empties while the one request waiting is held: no step (CI found it)
+@example(static=True, replicas=1, rate=4.0, n=7, pmax=2, omax=73, blocks=40, seed=23, rows=False)
 def test_the_hold_policy_is_exact_on_random_configs(static, replicas, rate, n, pmax, omax, blocks, seed, rows):
     cfg = tiny_config(seed=seed, cluster={"replicas": replicas}, scheduler={"name": "hold_test"},
                       kv={"num_gpu_blocks": blocks}, workload=uniform_workload(rate, n, pmax, omax),
