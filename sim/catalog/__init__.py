@@ -371,12 +371,18 @@ def _build(cls, raw: dict, path: Path):
 def _card_from_path(kind: str, path: str):
     cls = ModelCard if kind == "models" else HardwareCard
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = _yaml(Path(path).read_text())
     except yaml.YAMLError as e:
         raise CatalogError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise CatalogError(f"{path}: a card is a mapping of fields")
     return _build(cls, raw, Path(path))
+
+
+def _yaml(text: str):
+    """A card's YAML: PyYAML's safe loading, parsed by libyaml where PyYAML was built with it
+    (several times faster; the same constructors, so the same values)."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 (safe)
 
 
 @lru_cache(maxsize=None)
@@ -391,7 +397,7 @@ def _load_all(kind: str) -> dict[str, ModelCard | HardwareCard]:
     cls = ModelCard if kind == "models" else HardwareCard
     cards = {}
     for path in sorted((HERE / kind).glob("*.yaml")):
-        card = _build(cls, yaml.safe_load(path.read_text()), path)
+        card = _build(cls, _yaml(path.read_text()), path)
         cards[card.id] = card
     return cards
 
@@ -453,7 +459,7 @@ def load_model_card(path: str | Path) -> ModelCard:
     """A model card from a YAML file outside the catalog (same fields as ``models/*.yaml``)."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = _yaml(path.read_text())
     except OSError as e:
         raise CatalogError(f"cannot read model card {path}: {e.strerror}") from None
     if not isinstance(raw, dict):

@@ -35,8 +35,12 @@ from __future__ import annotations
 
 import math
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # (pandas is imported by the results, after the simulation)
+    import pandas as pd
 
 BINS = 1024
 """Instants at which the waiting queue is read, equally spaced from 0 to the end of the run."""
