@@ -207,9 +207,9 @@ class Engine:
         # arrival (``_wait``): nothing reaches it or reads it before then
         self.runs_ahead = (self.fast_forward and not self.dynamic and not self.faults and self.clients is None
                            and self.disagg is None)
-        # such a replica's decode runs go on past finishes too when no step rows are kept (and its
-        # policy vouches for it: ``_run``)
-        self.through_finishes = self.runs_ahead and not self.steps.keep_rows
+        # such a replica's decode runs go on past finishes too (when its policy vouches for it:
+        # ``_run``), and admit arrivals beside their decodes (``sim.flow``)
+        self.through_finishes = self.runs_ahead
 
     def _drafter(self):
         """Speculative decoding's acceptance draws and draft pricing (``sim.speculative``), or None."""

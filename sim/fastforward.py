@@ -39,6 +39,9 @@ class DecodeRun:
     """(step, blocks): blocks returned at the end of that step by requests that finished in it,
     where the run went on past them (``decode_run``'s ``through_finishes``)."""
     grown_blocks: int | None = None  # the blocks in ``grown`` (None: counted when asked)
+    sizes: list | None = None
+    """The batch size of each step, where the run went on past finishes and step rows are kept
+    (None: ``len(reqs)`` at every step)."""
 
     def used_at(self, k: int) -> int:
         """KV blocks in use at the end of step ``k``, as a step row records them: after the
@@ -137,10 +140,9 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     (it changes how many steps are priced at once, never a value).
 
     ``through_finishes`` (the caller vouches that the policy would go on decoding the rest of
-    the batch when some requests finish, and that nothing else happens at a finish): without
-    ``columns`` and with counted blocks (``kv.bulk_growth``), the run goes on past finishes with
-    the requests left, whose blocks the finishers give back at the end of their last step
-    (``_through``)."""
+    the batch when some requests finish, and that nothing else happens at a finish): with
+    counted blocks (``kv.bulk_growth``), the run goes on past finishes with the requests left,
+    whose blocks the finishers give back at the end of their last step (``_through``)."""
     n = len(reqs)
     # one pass over the batch: each request's steps to its last token, its computed tokens, and
     # the step at which it needs its next block (its blocks overflow)
@@ -155,8 +157,8 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     kv_tokens = sum(computed) + n
     longest = max(computed) + 1
     grower = BlockGrower(kv, reqs, due)
-    if through_finishes and not columns and kv.bulk_growth:  # (a counted free has no side effect)
-        run = _through(reqs, kv, cost, grower, left, computed, start, arrival, price_hint)
+    if through_finishes and kv.bulk_growth:  # (a counted free has no side effect)
+        run = _through(reqs, kv, cost, grower, left, computed, start, arrival, price_hint, columns)
         if run is not None:
             return run
     times = run_clock(cost, n, kv_tokens, longest, horizon, start, arrival, price_hint)
@@ -180,7 +182,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
 
 
 def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", left: list[int], computed: list[int],
-             start: float, arrival: float, price_hint: float | None) -> DecodeRun | None:
+             start: float, arrival: float, price_hint: float | None, columns: bool = False) -> DecodeRun | None:
     """``decode_run`` past finishes: the batch is priced finish after finish (the requests left
     as a batch of their own) up to the first step that would start at or after ``arrival`` or
     the last finish; then each request grows the blocks of its steps in the run, and the
@@ -188,7 +190,8 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
     step (as ``Scheduler.finish`` would, which will find them gone). None, with nothing changed,
     when the pool does not hold every block the run needs (one could be refused at some step:
     the run then stops at the first finish and grows step by step) or the cost model has no
-    side-effect-free series."""
+    side-effect-free series. ``columns``: also each step's time breakdown and batch size
+    (``series_rows``)."""
     n = size = len(reqs)  # the batch's size now, and at the start
     times, k0, hint, priced = [start], 0, price_hint, []
     base, top, nxt = sum(computed), max(computed), min(left)  # computed tokens, the longest, the next finish
@@ -235,7 +238,26 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
             freed[-1] = (k - 1, freed[-1][1] + blocks)
         else:
             freed.append((k - 1, blocks))
-    return grower.run(times, None, cost.source, steps)
+    run = grower.run(times, None, cost.source, steps)
+    if columns:
+        run.columns, run.sizes = series_rows(cost, priced)
+    return run
+
+
+def series_rows(cost, priced: list) -> tuple[dict, list[int]]:
+    """The columns (``total`` and each component) and the batch size of each step of a run
+    priced in parts ((batch, KV tokens, longest, steps) each, as ``run_clock`` was asked):
+    what a step row records, step by step."""
+    cols = {c: [] for c in ("total", *COMPONENTS)}
+    sizes: list[int] = []
+    for n, kv_tokens, longest, kept in priced:
+        if kept:
+            series = cost.decode_series(n, kv_tokens, longest, kept)
+            for c, v in cols.items():
+                x = series[c]
+                v += x if isinstance(x, list) else x.tolist()
+            sizes += [n] * kept
+    return cols, sizes
 
 
 def run_clock(cost, n: int, kv_tokens: int, longest: int, horizon: int, start: float, arrival: float,

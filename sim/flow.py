@@ -37,7 +37,7 @@ from heapq import heappop, heappush
 from operator import sub
 
 from sim import lifecycle
-from sim.fastforward import DecodeRun, blocks_before, run_clock
+from sim.fastforward import DecodeRun, blocks_before, run_clock, series_rows
 from sim.request import Status, decodes_next
 from sim.types import BatchShape, StepPlan
 
@@ -97,7 +97,7 @@ class Flow:
     ``next_arrival``, ``must_wait``, ``step``, ``drop``, ``leave``)."""
 
     __slots__ = ("rep", "sched", "kv", "cost", "by_id", "itl", "members", "leaves", "offsets", "times", "seg_max",
-                 "base", "seq", "aggregates", "counting")
+                 "base", "seq", "aggregates", "counting", "rows")
 
     def __init__(self, rep, start: float):
         self.rep, self.sched, self.kv, self.cost = rep, rep.scheduler, rep.kv, rep.cost
@@ -110,6 +110,7 @@ class Flow:
         self.base = self.seq = 0
         self.aggregates = hasattr(self.cost, "beside_decodes")
         self.counting = hasattr(self.cost, "count_decode_run")  # (a model that counts the steps a run keeps)
+        self.rows = rep.steps.keep_rows  # step rows: each leg's columns and batch sizes too
 
     def join(self, r, o: int, s: int, e: int) -> None:
         """``r`` joins the batch: ``o`` its computed tokens less the step, from step ``s`` (the
@@ -191,7 +192,7 @@ class Flow:
         for m in gone:
             self.settle(m, m.e, upto, max(gaps[:m.e - k0]))
             rep.leave(m.r)
-        rep.steps.add_run(rep.idx, run, 0, 0, self.kv.num_used)
+        rep.steps.add_run(rep.idx, run, 0, len(self.sched.waiting), self.kv.num_used)  # (a leg starts with none waiting)
 
     def decode_leg(self, k0: int, arrival: float):
         """The decode steps from ``k0`` on, through finishes, up to the first step that would
@@ -210,7 +211,7 @@ class Flow:
             if more is None:
                 return self.undo(popped)
             kept = len(more) - 1
-            if self.counting:
+            if self.counting or self.rows:
                 priced.append((n, kv_tokens, longest, kept))
             new_times += more[1:]
             t = more[-1]
@@ -251,8 +252,9 @@ class Flow:
         for m, d, c in grows:
             grown.append((d - k0, c))
             m.due = d + c * bs
-        for args in priced:
-            cost.count_decode_run(*args)
+        if self.counting:
+            for args in priced:
+                cost.count_decode_run(*args)
         freed = [(m.e - 1 - k0, held[m.r.id]) for m in gone]
         n0 = n + len(gone)
         for m in gone:
@@ -263,6 +265,8 @@ class Flow:
         gaps = list(map(sub, times[k0 + 1:k + 1], times[k0:k]))  # each step's
         self.seg_max.append(max(gaps))
         run = DecodeRun(None, times[k0:k + 1], None, start_used, grown, bs, cost.source, k - k0, freed, total)
+        if self.rows:
+            run.columns, run.sizes = series_rows(cost, priced)
         return k, (_LEG, k0, k, n0, gone, run, gaps, len(self.seg_max) - 1), due
 
     def undo(self, popped: list) -> None:

@@ -118,6 +118,7 @@ cases = st.fixed_dictionaries({
     "seed": st.integers(0, 1000),
     "flow_steps": st.sampled_from([3, 50, 4096]),
     "aggregates": st.booleans(),
+    "rows": st.booleans(),  # step rows: each leg's columns and batch sizes too
 })
 
 
@@ -135,7 +136,7 @@ def test_flows_are_exact_on_random_configs(p):
         seed=p["seed"], cluster={"replicas": p["replicas"]}, scheduler=sched,
         kv={"num_gpu_blocks": p["blocks"], "block_size": p["block_size"]},
         workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"]),
-        output={"step_records": False, "plots": False, "progress": False})
+        output={"step_records": p["rows"], "plots": False, "progress": False})
     no_aggregates = (lambda self, *a: None)
     with patched(flow_mod, "FLOW_STEPS", p["flow_steps"]), \
             patched(RooflineCostModel, "beside_decodes", RooflineCostModel.beside_decodes if p["aggregates"]
@@ -177,8 +178,9 @@ def test_flows_run_and_admit(monkeypatch):
     assert_identical(on, off)
 
 
-def test_flow_with_step_rows_is_not_entered():
-    """Per-step rows need each step's batch: flows run only without them."""
+def test_flows_keep_step_rows():
+    """With per-step rows (the default), flows run and their rows are the loop's, row for row:
+    each leg's batch size changes at its finishes, and its last row sees the arrival."""
     cfg = tiny_config(cluster={"replicas": 2}, workload={"rate": 20.0, "num_requests": 200})
     seen = []
     real = flow_mod.Flow.run
@@ -188,11 +190,12 @@ def test_flow_with_step_rows_is_not_entered():
         return real(self, plan)
 
     with patched(flow_mod.Flow, "run", spy):
-        simulate(cfg)
-    assert not seen
-    with patched(flow_mod.Flow, "run", spy):
-        simulate({**cfg, "output": {"step_records": False, "plots": False, "progress": False}})
-    assert seen
+        on = simulate(cfg)
+    assert len(seen) > 20
+    with flows_off():
+        off = simulate(cfg)
+    assert_identical(on, off)
+    assert len(on.steps) == on.summary["sim"]["steps"] and on.steps["batch_size"].nunique() > 3
 
 
 def test_a_request_finishing_with_its_prompt_leaves_at_once(tmp_path):

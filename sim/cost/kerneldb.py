@@ -390,6 +390,11 @@ class Extrapolation:
 MEMO_ENTRIES = 1 << 20
 """Most attention prices a kernel-database model memoises (about 150 MB at this size)."""
 
+RUN_SIZES = 16
+"""Batch sizes whose last decode run ``_decode_attn`` keeps (see there)."""
+RUN_STEPS = MEMO_ENTRIES // RUN_SIZES
+"""Steps kept of each such run (all of them together: at most ``MEMO_ENTRIES``)."""
+
 
 class KernelDbCostModel(RooflineCostModel):
     """The roofline with GEMMs, attention, all-reduce and MoE priced from the kernel database."""
@@ -438,7 +443,8 @@ class KernelDbCostModel(RooflineCostModel):
         self._attn_p: dict = {}
         self._attn_d: dict = {}
         self._decode_dense: dict = {}  # batch size -> (gemm, other_gpu, comm, out-of-range queries) of a decode step
-        self._last_run = None  # (batch size, kv tokens, longest, attention per step, its queries out of range)
+        # by batch size, the last run asked: (kv tokens, longest, attention per step, its queries out of range)
+        self._runs: dict[int, tuple] = {}
         self._extrap = Extrapolation()
 
     def _load_gemms(self, arrays: dict, dtypes) -> None:
@@ -754,19 +760,27 @@ class KernelDbCostModel(RooflineCostModel):
         """The decode attention of every layer at each step of a run, as ``_price`` composes it,
         and the out-of-range queries of each (not counted). A run that continues the one asked
         last (the fast-forward prices a run in goes, then its columns and its counts) reads and
-        extends that one's values; at most ``MEMO_ENTRIES`` steps are kept."""
-        run = self._last_run
-        if run is not None and run[0] == n and longest >= run[2] and kv_tokens == run[1] + (longest - run[2]) * n:
-            off, ad, outs = longest - run[2], run[3], run[4]
-            if off <= len(ad) and off + steps <= MEMO_ENTRIES:
+        extends that one's values; at most ``RUN_STEPS`` steps are kept. One such run is kept
+        per batch size, for the last ``RUN_SIZES`` sizes asked: a run that goes on past finishes
+        is priced in parts of falling sizes, then its step rows ask those parts again."""
+        runs = self._runs
+        run = runs.get(n)
+        if run is not None and longest >= run[1] and kv_tokens == run[0] + (longest - run[1]) * n:
+            off, ad, outs = longest - run[1], run[2], run[3]
+            if off <= len(ad) and off + steps <= RUN_STEPS:
                 if off + steps > len(ad):
                     k = len(ad)
-                    more = self._decode_attn_priced(n, run[1] + k * n, run[2] + k, off + steps - k)
+                    more = self._decode_attn_priced(n, run[0] + k * n, run[1] + k, off + steps - k)
                     ad += more[0]
                     outs += more[1]
                 return ad[off: off + steps], outs[off: off + steps]
         ad, outs = self._decode_attn_priced(n, kv_tokens, longest, steps)
-        self._last_run = (n, kv_tokens, longest, ad, outs) if steps <= MEMO_ENTRIES else None
+        if steps <= RUN_STEPS:
+            if n not in runs and len(runs) >= RUN_SIZES:
+                del runs[next(iter(runs))]  # (the size asked first of those kept)
+            runs[n] = (kv_tokens, longest, ad, outs)
+        else:
+            runs.pop(n, None)
         return ad[:], outs[:]
 
     def _decode_attn_priced(self, n: int, kv_tokens: int, longest: int, steps: int) -> tuple[list[float], list[int]]:

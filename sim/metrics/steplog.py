@@ -224,7 +224,8 @@ class StepLog:
 
     def add_run(self, replica: int, run, waiting: int, waiting_end: int, used_end: int) -> None:
         """Rows of a decode run: identical to what ``add`` would log step by step (the last
-        row sees the arrivals and finishes of the run's last step)."""
+        row sees the arrivals and finishes of the run's last step; a run that went on past
+        finishes has each step's batch size in ``run.sizes``)."""
         k = run.steps
         self.count += k
         if self.track_busy:
@@ -236,13 +237,12 @@ class StepLog:
         self._recent[run.source] += k
         if not self.keep_rows:
             return
-        n = len(run.reqs)
         used = run.used
         used[-1] = used_end
         self.replica.extend([replica] * k)
         self.start_s.extend(run.times[:k])
         self.duration_s.extend(run.columns["total"])
-        nk, zeros = [n] * k, [0] * k
+        nk, zeros = [len(run.reqs)] * k if run.sizes is None else run.sizes, [0] * k
         self.batch_size.extend(nk)
         self.num_tokens.extend(nk)
         self.prefill_tokens.extend(zeros)
