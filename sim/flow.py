@@ -2,8 +2,8 @@
 admit new requests beside them, run with the batch's progress held in columns
 (docs/design-decisions.md, "Decode runs that admit arrivals").
 
-A replica that runs ahead without step rows already runs its decode steps between arrivals as
-one run that goes on past finishes (``fastforward.decode_run``). Each arrival then cost a round
+A replica that runs ahead already runs its decode steps between arrivals as one run that goes
+on past finishes (``fastforward.decode_run``). Each arrival then cost a round
 through the engine's loop: every request of the run brought up to date, a plan that walks the
 running requests, a step with the new prompt, and a new run whose setup reads every request
 again. Here the batch is held as columns instead, across arrivals:
