@@ -234,10 +234,11 @@ class Frontend(_Strict):
     server's measurements."""
 
     api_overhead_s: float = Field(default=0.0, ge=0, le=60, description=(
-        "seconds of API-server work per request before the engine sees it (HTTP, JSON parsing, "
-        "chat template, request validation)"))
+        "seconds from the client's send to the API server's tokenisation of the request (HTTP, JSON "
+        "parsing, chat template, validation), a latency of each request, overlapping across requests"))
     tokenize_s_per_token: float = Field(default=0.0, ge=0, le=1, description=(
-        "seconds of tokenisation per prompt token, on the API server, before the engine sees the request"))
+        "seconds of tokenisation per prompt token, on the one API-server process (requests in turn), "
+        "before the engine sees the request"))
     detokenize_s_per_token: float = Field(default=0.0, ge=0, le=1, description=(
         "seconds of detokenisation and streaming per output token, on the API server: delays what the "
         "client sees of each token, not the engine's steps"))

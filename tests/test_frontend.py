@@ -49,8 +49,9 @@ def test_the_front_end_is_one_fifo_process():
     fe = Frontend(FrontendConfig(api_overhead_s=0.01, tokenize_s_per_token=1e-4))
     specs = [RequestSpec(0, 0.0, 100, 5), RequestSpec(1, 0.005, 50, 5), RequestSpec(2, 1.0, 10, 5)]
     out = list(fe.requests(specs))
-    # 0: free, 0.01 + 100 x 1e-4; 1: waits for 0 (0.02), then 0.01 + 50 x 1e-4; 2: finds it free
-    assert [s.arrival_s for s in out] == pytest.approx([0.02, 0.035, 1.011], abs=1e-15)
+    # 0: 0.01 later the tokeniser is free: + 100 x 1e-4; 1: ready at 0.015, waits for 0's tokens
+    # (0.02), + 50 x 1e-4; 2: finds it free (1.01) + 10 x 1e-4
+    assert [s.arrival_s for s in out] == pytest.approx([0.02, 0.025, 1.011], abs=1e-15)
     assert [s.sent_s for s in out] == [0.0, 0.005, 1.0]
     assert [s.id for s in out] == [0, 1, 2]
     assert list(fe.requests(specs)) == out  # each pass starts with an idle front end

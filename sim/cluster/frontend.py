@@ -4,20 +4,24 @@
 A real server does work on the CPU that no kernel table sees, before the engine receives a
 request and after it emits each token:
 
-- **In**: the HTTP request is parsed and validated, the chat template applied and the prompt
-  tokenised (``api_overhead_s`` + ``tokenize_s_per_token`` x prompt tokens). In vLLM the OpenAI
-  API server (``vllm serve``) does this in its own process and hands the token ids to the engine
-  core (V1: ``AsyncLLM`` -> ``EngineCoreClient``, a separate process), so the engine sees the
-  request only afterwards. The front end is one process working through requests in the order
-  they come: request i reaches the engine at ``max(sent_i, ready_{i-1}) + work_i`` (a FIFO single
-  server, Lindley's recursion), so a burst of arrivals queues in front of the engine.
+- **In**: the HTTP request is received, parsed and validated and the chat template applied
+  (``api_overhead_s``, a fixed latency per request), then the prompt is tokenised
+  (``tokenize_s_per_token`` x prompt tokens). In vLLM the OpenAI API server (``vllm serve``) does
+  this in its own process and hands the token ids to the engine core (V1: ``AsyncLLM`` ->
+  ``EngineCoreClient``, a separate process), so the engine sees the request only afterwards.
+  Request handling overlaps across requests (an asyncio server; network time is no CPU time), so
+  ``api_overhead_s`` delays each request alone; tokenisation is CPU work of the one API-server
+  process, taken in the order requests come: request i reaches the engine at
+  ``max(sent_i + api_overhead_s, ready_{i-1}) + tokenize_s_per_token x prompt_i`` (a FIFO single
+  server after a fixed delay, Lindley's recursion), so a burst of long prompts queues in front of
+  the engine. The order is kept (the delay is the same for every request).
 - **Out**: every output token is detokenised and streamed by the same process
   (``detokenize_s_per_token``): the client sees each token that long after the engine emitted
   it. The engine's steps are not delayed (vLLM V1's engine core runs in its own process, and
   vLLM from 0.6 overlaps output processing with the next step); TTFT and E2E as the client
   measures them grow by it, ITL and TPOT do not.
 
-Departures (stated): the output work does not compete with the input work for the API server's
+Departures (stated): the output work does not compete with tokenisation for the API server's
 time (the process is modelled as two independent lanes); one API-server process
 (``--api-server-count 1``); no per-token cost on the engine's critical path (a synchronous
 engine would add it to each step). Every default is 0, the engine then receives each request
@@ -38,8 +42,8 @@ from sim.types import RequestSpec
 
 class Frontend:
     """One API-server process: ``receive`` gives the time the engine gets a request sent at
-    ``sent_s`` with ``prompt_tokens`` tokens (it remembers when it is free again); ``out_s`` is
-    the delay of every output token the client sees."""
+    ``sent_s`` with ``prompt_tokens`` tokens (it remembers when its tokeniser is free again);
+    ``out_s`` is the delay of every output token the client sees."""
 
     __slots__ = ("api_s", "tok_s", "out_s", "free_at")
 
@@ -49,10 +53,12 @@ class Frontend:
         self.free_at = float("-inf")
 
     def receive(self, sent_s: float, prompt_tokens: int) -> float:
-        """When the engine receives a request sent at ``sent_s``: after the requests before it
-        and its own work (``api_overhead_s`` + tokenisation of its prompt)."""
-        start = sent_s if sent_s > self.free_at else self.free_at
-        self.free_at = start + self.api_s + self.tok_s * prompt_tokens
+        """When the engine receives a request sent at ``sent_s``: ``api_overhead_s`` later, then
+        after the tokenisation of the requests before it and of its own prompt."""
+        start = sent_s + self.api_s
+        if start < self.free_at:
+            start = self.free_at
+        self.free_at = start + self.tok_s * prompt_tokens
         return self.free_at
 
     def requests(self, specs: Iterable[RequestSpec]) -> Iterator[RequestSpec]:
