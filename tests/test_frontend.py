@@ -43,6 +43,10 @@ def test_one_request_ttft_is_api_plus_tokenisation_plus_prefill_step_plus_detoke
     # TPOT and the gaps between tokens are the engine's: the front end delays every token alike
     assert r.tpot_s == pytest.approx(plain.requests.tpot_s.iloc[0], rel=1e-12)
     assert res.summary["itl_s"]["mean"] == pytest.approx(plain.summary["itl_s"]["mean"], rel=1e-12)
+    fe = res.summary["frontend"]
+    assert fe["wait_s"]["max"] == pytest.approx(engine_at, abs=1e-15)
+    assert fe["engine_ttft_s"]["max"] == pytest.approx(prefill, abs=1e-15)
+    assert "frontend" not in plain.summary
 
 
 def test_the_front_end_is_one_fifo_process():
