@@ -140,3 +140,12 @@ def test_trace_arrivals_constant_keeps_the_mean_rate(tmp_path):
     req = simulate(cfg).requests.sort_values("request_id")
     assert req.arrival_s.to_numpy() == pytest.approx([0, 0.8, 1.6, 2.4, 3.2], abs=1e-12)  # span 4 s / 5 requests
     assert req.prompt_tokens.tolist() == [10, 20, 30, 40, 50]
+
+
+def test_front_end_runs_the_same_over_several_processes():
+    cfg = tiny_config(frontend=FE, cluster={"replicas": 2}, workload={"rate": 20, "num_requests": 200})
+    one, two = simulate(cfg), simulate({**cfg, "engine": {"workers": 2}})
+    a = one.requests.sort_values("request_id").reset_index(drop=True)
+    b = two.requests.sort_values("request_id").reset_index(drop=True)
+    assert "engine_arrival_s" in b and a.equals(b)
+    assert one.summary["frontend"] == two.summary["frontend"] and one.summary["ttft_s"] == two.summary["ttft_s"]
