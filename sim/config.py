@@ -226,6 +226,28 @@ class EngineSection(_Strict):
         "results are identical to one process"))
 
 
+class Frontend(_Strict):
+    """The serving front end (the API server process) between the client and the engine
+    (``sim/cluster/frontend.py``; docs/workloads.md, "The serving front end"). Every default is 0
+    (no front end: the engine receives a request when the client sends it), because no public
+    source gives these times for a given server, CPU and tokenizer; set them from your own
+    server's measurements."""
+
+    api_overhead_s: float = Field(default=0.0, ge=0, le=60, description=(
+        "seconds from the client's send to the API server's tokenisation of the request (HTTP, JSON "
+        "parsing, chat template, validation), a latency of each request, overlapping across requests"))
+    tokenize_s_per_token: float = Field(default=0.0, ge=0, le=1, description=(
+        "seconds of tokenisation per prompt token, on the one API-server process (requests in turn), "
+        "before the engine sees the request"))
+    detokenize_s_per_token: float = Field(default=0.0, ge=0, le=1, description=(
+        "seconds of detokenisation and streaming per output token, on the API server: delays what the "
+        "client sees of each token, not the engine's steps"))
+
+    @property
+    def active(self) -> bool:
+        return bool(self.api_overhead_s or self.tokenize_s_per_token or self.detokenize_s_per_token)
+
+
 class FaultEvent(_Strict):
     """One scheduled fault (``sim/cluster/faults.py``; docs/faults.md)."""
 
@@ -288,6 +310,7 @@ class Config(_Strict):
     slo: SLO = SLO()
     cost: Cost = Cost()
     engine: EngineSection = EngineSection()
+    frontend: Frontend = Frontend()
     speculative: Speculative = Speculative()
     faults: Faults = Faults()
     output: Output = Output()

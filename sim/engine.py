@@ -24,6 +24,7 @@ from sim.cluster.autoscale import FleetLog
 from sim.cluster.disagg import Disaggregation
 from sim.cluster.dynamics import PoolDynamics
 from sim.cluster.faults import FaultSchedule, ScaledCost
+from sim.cluster.frontend import Frontend, with_frontend
 from sim.config import Config
 from sim.cost import make_cost_model
 from sim.cost.memory import memory_for_config
@@ -166,10 +167,13 @@ class Engine:
         if stream_to is not None:
             from sim.metrics.records import ParquetSink  # (pyarrow: imported only when streaming)
 
-            self.sink = ParquetSink(stream_to)
+            self.sink = ParquetSink(stream_to, frontend=cfg.frontend.active)
         else:
             self.sink = None
-        self.requests = RequestLog(self.sink, cfg.output.stream_chunk_rows)
+        # the serving front end (sim/cluster/frontend.py; None: none, rows carry no client-side times)
+        self.frontend = Frontend(cfg.frontend) if cfg.frontend.active else None
+        self.requests = RequestLog(self.sink, cfg.output.stream_chunk_rows,
+                                   None if self.frontend is None else self.frontend.out_s)
         self.by_id: dict[int, Request] = {}  # the requests in flight
         self.admitted = 0
         # (busy time: only for the share of extrapolated GPU time, which a cost model that names
@@ -186,9 +190,9 @@ class Engine:
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3]),  # the router's own stream
                                   "cluster": cfg.cluster}  # and its knobs
         self.rng = np.random.default_rng(cfg.seed)
-        self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng,
-                                       trace_output_bound=self.sched_cls.reads_output_limit(self.knobs),
-                                       block_tokens=cfg.kv.block_size)
+        self.workload = with_frontend(build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng,
+                                                     trace_output_bound=self.sched_cls.reads_output_limit(self.knobs),
+                                                     block_tokens=cfg.kv.block_size), cfg.frontend)
         self.drafter = self._drafter()  # speculative decoding (None: off)
         self.fast_forward = (cfg.engine.fast_forward and record_plans is False and fast_forward_exact(cfg, self.route)
                              and self.dp == 1 and self.drafter is None)

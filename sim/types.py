@@ -51,6 +51,9 @@ class RequestSpec:
     ``None`` it means "the model's context minus the prompt".
     ``block_hashes`` are prefix-block hashes in units of the trace's own block size
     (``hash_block_tokens``), mapped onto KV blocks by the KV manager.
+    ``arrival_s`` is when the engine receives the request; with a serving front end
+    (``frontend``, ``sim/cluster/frontend.py``) that is after the API server handled it, and
+    ``sent_s`` is when the client sent it (None: no front end, the client sent it at ``arrival_s``).
     """
 
     id: int
@@ -64,12 +67,14 @@ class RequestSpec:
     priority: int = 0
     slo_class: str | None = None
     tenant: str | None = None
+    sent_s: float | None = None
 
     def with_output_limit(self, limit: int) -> "RequestSpec":
         """This spec with ``max_output_tokens = limit`` (``dataclasses.replace``, without its
         per-call field walk: the engine does this for every request without a limit)."""
         return RequestSpec(self.id, self.arrival_s, self.prompt_tokens, self.output_tokens, limit, self.block_hashes,
-                           self.hash_block_tokens, self.session_id, self.priority, self.slo_class, self.tenant)
+                           self.hash_block_tokens, self.session_id, self.priority, self.slo_class, self.tenant,
+                           self.sent_s)
 
 
 def default_output_limit(prompt_tokens: int, max_context: int) -> int:

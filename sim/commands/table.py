@@ -135,6 +135,11 @@ def print_summary(s: dict, cfg) -> None:
         length = "-" if sp["mean_acceptance_length"] is None else f"{sp['mean_acceptance_length']:.2f}"
         print(f"speculative ({sp['method']}, k={sp['num_speculative_tokens']}): {sp['verifications']:,} verifications, "
               f"{rate} of drafts accepted, {length} tokens per verification")
+    fe = s.get("frontend")
+    if fe:
+        print(f"front end (TTFT and E2E as the client sees them): mean {fe['wait_s']['mean'] * 1e3:.1f} ms to reach "
+              f"the engine, p90 {fe['wait_s']['p90'] * 1e3:.1f} ms; engine-side TTFT mean "
+              f"{fe['engine_ttft_s']['mean'] * 1e3:.1f} ms, p90 {fe['engine_ttft_s']['p90'] * 1e3:.1f} ms")
     reserved = reservation_line(cfg, (s.get("workload") or {}).get("output_bound"))
     if reserved:
         print(reserved)

@@ -14,6 +14,11 @@ REQUEST_COLUMNS = [
     "prompt_tokens", "output_tokens", "generated_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s",
     "max_itl_s", "preemptions", "cached_tokens", "priority", "slo_class", "tenant", "session_id", "reject_reason",
 ]
+FRONTEND_COLUMNS = REQUEST_COLUMNS[:4] + ["engine_arrival_s"] + REQUEST_COLUMNS[4:]
+"""The columns of a run with a serving front end (``frontend``, ``sim/cluster/frontend.py``):
+``arrival_s`` is then the client's send time, ``engine_arrival_s`` when the engine received the
+request; ``first_token_s`` and ``finish_s`` stay engine-side, and ``ttft_s`` / ``e2e_s`` are what
+the client sees (each token reaches it ``frontend.detokenize_s_per_token`` after the engine)."""
 
 
 def requests_frame(out) -> pd.DataFrame:
@@ -25,11 +30,12 @@ def frame_of(c: dict) -> pd.DataFrame:
     """The requests table of ``RequestLog.columns()``, with the derived latencies."""
     arrival, first, finish, sched = c["arrival_s"], c["first_token_s"], c["finish_s"], c["first_scheduled_s"]
     gen = c["generated_tokens"]
-    ttft = first - arrival
-    e2e = finish - arrival
+    shown = c.get("frontend_out_s")  # the front end's delay of every token the client sees (None: no front end)
+    ttft = first - arrival if shown is None else first + shown - arrival
+    e2e = finish - arrival if shown is None else finish + shown - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(gen >= 2, (e2e - ttft) / (gen - 1), np.nan)
-    return pd.DataFrame({
+    cols = {
         "request_id": c["request_id"],
         "replica": c["replica"],
         "status": STATUS_VALUES[c["status"]],
@@ -52,11 +58,16 @@ def frame_of(c: dict) -> pd.DataFrame:
         "tenant": c["tenant"],
         "session_id": c["session_id"],
         "reject_reason": c["reject_reason"],
-    }, columns=REQUEST_COLUMNS, copy=False)  # the columns as they are (fresh arrays): no consolidated copy
+    }
+    if shown is not None:
+        cols["engine_arrival_s"] = c["engine_arrival_s"]
+    return pd.DataFrame(cols, columns=REQUEST_COLUMNS if shown is None else FRONTEND_COLUMNS,
+                        copy=False)  # the columns as they are (fresh arrays): no consolidated copy
 
 
-def request_schema():
-    """The Arrow schema of ``requests.parquet`` (the columns of ``frame_of``, typed)."""
+def request_schema(frontend: bool = False):
+    """The Arrow schema of ``requests.parquet`` (the columns of ``frame_of``, typed; ``frontend``:
+    a run with a serving front end, ``FRONTEND_COLUMNS``)."""
     import pyarrow as pa
 
     types = {"request_id": pa.int64(), "replica": pa.int32(), "preemptions": pa.int32(), "priority": pa.int32()}
@@ -64,15 +75,15 @@ def request_schema():
         types[c] = pa.int64()
     for c in ("status", "slo_class", "tenant", "session_id", "reject_reason"):
         types[c] = pa.string()
-    return pa.schema([(c, types.get(c, pa.float64())) for c in REQUEST_COLUMNS])
+    return pa.schema([(c, types.get(c, pa.float64())) for c in (FRONTEND_COLUMNS if frontend else REQUEST_COLUMNS)])
 
 
 class ParquetSink:
     """Writes chunks of request rows to one Parquet file as they come (``output.stream``)."""
 
-    def __init__(self, path):
+    def __init__(self, path, frontend: bool = False):
         self.path, self.writer, self.rows = path, None, 0
-        self.schema = request_schema()
+        self.schema = request_schema(frontend)
 
     def __call__(self, columns: dict) -> None:
         import pyarrow as pa

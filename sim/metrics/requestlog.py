@@ -36,8 +36,13 @@ class RequestLog:
     A row's numbers are packed into one buffer as its request leaves (one ``struct`` pack instead
     of an append per column) and moved into the columns (``cols``) when they are read."""
 
-    def __init__(self, sink=None, chunk_rows: int = 0):
+    def __init__(self, sink=None, chunk_rows: int = 0, frontend_out_s: float | None = None):
         self.sink, self.chunk_rows = sink, chunk_rows  # sink(columns) takes full chunks away
+        # with a serving front end (sim/cluster/frontend.py): arrival_s is the client's send time,
+        # engine_arrival_s when the engine received the request, and every token reaches the client
+        # frontend_out_s after the engine emitted it (None: no front end, no such columns)
+        self.frontend_out_s = frontend_out_s
+        self._engine_arrival = array("d") if frontend_out_s is not None else None
         self._cols: dict[str, array | list] = {}
         for c in _FLOAT:
             self._cols[c] = array("d")
@@ -68,7 +73,9 @@ class RequestLog:
     def add(self, r: Request, order: int) -> None:
         s = r.spec
         scheduled, first, finish = r.first_scheduled_s, r.first_token_s, r.finish_s  # None: NaN
-        self._packed += _pack(s.arrival_s, _NAN if scheduled is None else scheduled, _NAN if first is None else first,
+        if self._engine_arrival is not None:
+            self._engine_arrival.append(s.arrival_s)
+        self._packed += _pack(s.arrival_s if s.sent_s is None else s.sent_s, _NAN if scheduled is None else scheduled, _NAN if first is None else first,
                               _NAN if finish is None else finish, r.max_itl_s,
                               r.id, order, s.prompt_tokens, s.output_tokens, r.num_generated, r.cached_tokens,
                               r.replica, STATUS_CODE[r.status], r.preemptions, s.priority)
@@ -99,6 +106,9 @@ class RequestLog:
             out[name] = np.frombuffer(c[name], np.int64)[idx] if self.rows else np.zeros(0, np.int64)
         for name in _SMALL:
             out[name] = np.frombuffer(c[name], np.int32)[idx] if self.rows else np.zeros(0, np.int32)
+        if self._engine_arrival is not None:
+            out["engine_arrival_s"] = np.frombuffer(self._engine_arrival, float)[idx] if self.rows else np.zeros(0)
+            out["frontend_out_s"] = np.full(self.rows, self.frontend_out_s)
         rows = None  # idx as a list, made for the first object column that holds anything
         for name in _OBJECT:
             col = c[name]
@@ -114,7 +124,11 @@ class RequestLog:
         cols = self.cols
         for name, col in other.cols.items():
             cols[name].extend(col)
+        if other._engine_arrival is not None:
+            if self._engine_arrival is None:  # (an empty log taking a front-end run's rows)
+                self.frontend_out_s, self._engine_arrival = other.frontend_out_s, array("d")
+            self._engine_arrival.extend(other._engine_arrival)
         self.rows += other.rows
 
     def clear(self) -> None:
-        self.__init__(self.sink, self.chunk_rows)
+        self.__init__(self.sink, self.chunk_rows, self.frontend_out_s)

@@ -313,6 +313,8 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
         extra["speculative"] = out.speculative
     if fleet is not None:
         extra["autoscale"] = autoscale_block(fleet, out.simulated_s, price)
+    if cfg.frontend.active:
+        extra["frontend"] = frontend_block(cfg.frontend, src)
     return {
         "requests": {
             "arrived": arrived,
@@ -370,6 +372,17 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
         },
         **extra,
     }
+
+
+def frontend_block(fe, src) -> dict:
+    """The serving front end's settings, how long finished requests took to reach the engine
+    (``wait_s``: engine_arrival_s - arrival_s) and the engine-side TTFT (first token - the engine's
+    receipt), beside the client-side ``ttft_s`` of the summary (sim/cluster/frontend.py)."""
+    arrival, engine = src.finished("arrival_s"), src.finished("engine_arrival_s")
+    first = src.finished("first_token_s")
+    return {"api_overhead_s": fe.api_overhead_s, "tokenize_s_per_token": fe.tokenize_s_per_token,
+            "detokenize_s_per_token": fe.detokenize_s_per_token,
+            "wait_s": dist(engine - arrival), "engine_ttft_s": dist(first - engine)}
 
 
 def autoscale_block(fleet, end_s: float, price: float | None) -> dict:

@@ -94,7 +94,7 @@ def seed_blind(cfg: dict) -> str | None:
     tr = w.get("trace")
     if not tr:
         return None
-    if tr.get("arrivals", "recorded") != "recorded" or tr.get("sample_fraction") not in (None, 1, 1.0):
+    if tr.get("arrivals", "recorded") == "poisson" or tr.get("sample_fraction") not in (None, 1, 1.0):
         return None
     fmt = tr.get("format", "auto")
     if fmt == "auto":

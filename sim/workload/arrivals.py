@@ -2,7 +2,7 @@
 readers (ShareGPT session starts) share. Depends on nothing else in ``sim.workload`` but its
 config, so the workload modules import one way: arrivals <- traces <- synthetic <- package.
 
-Arrival processes (``arrival``): ``poisson``; ``gamma`` (inter-arrival cv ``cv``); ``diurnal``
+Arrival processes (``arrival``): ``poisson``; ``constant`` (evenly spaced); ``gamma`` (inter-arrival cv ``cv``); ``diurnal``
 (sinusoidal rate, by thinning); ``burst`` (2-state Markov-modulated Poisson). Values are drawn in
 chunks (``Draws``), so a stream costs O(1) memory however long it is.
 """
@@ -20,9 +20,12 @@ from sim.workload.config import DiurnalConfig
 def interarrivals(kind: str, rate: float, cv: float, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` inter-arrival gaps (s) with mean 1/rate.
 
-    Poisson: exponential gaps (cv = 1). Gamma: shape k = 1/cv^2, scale = 1/(rate k), so the
-    mean stays 1/rate and the coefficient of variation is ``cv`` (cv > 1 is burstier).
+    Poisson: exponential gaps (cv = 1). Constant: every gap 1/rate (cv = 0, evenly spaced; draws
+    nothing). Gamma: shape k = 1/cv^2, scale = 1/(rate k), so the mean stays 1/rate and the
+    coefficient of variation is ``cv`` (cv > 1 is burstier).
     """
+    if kind == "constant":
+        return np.full(n, 1.0 / rate)
     if kind == "poisson":
         return rng.exponential(1.0 / rate, size=n)
     shape = 1.0 / (cv * cv)
@@ -58,7 +61,7 @@ def arrival_times(src, rng: np.random.Generator) -> Iterator[float]:
     ``diurnal``, ``burst``). ``burst``: ``rate`` in the base state, ``burst.rate`` in bursts.
     """
     t = 0.0
-    if src.arrival in ("poisson", "gamma"):
+    if src.arrival in ("poisson", "constant", "gamma"):
         gaps = Draws(lambda n: interarrivals(src.arrival, src.rate, src.cv, n, rng))
         while True:
             t += gaps.next()

@@ -4,7 +4,9 @@
 not depend on the order in which clients happen to be served. ``Clients`` runs them as processes
 of the engine's environment (it imports no simpy: it waits on ``eng.env``): a client sends
 through ``eng.admit`` and the engine calls ``finished`` when a request leaves, which wakes the
-client that sent it. ``wakes`` tells the engine's decode fast-forward when a client can send
+client that sent it. With a serving front end (``eng.frontend``) a request reaches the engine
+after the front end handled it, and the client sees the response's last token the front end's
+output delay after the engine emitted it. ``wakes`` tells the engine's decode fast-forward when a client can send
 next (``Engine.next_arrival_for``).
 """
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Clients:
         eng = self.eng
         env, wl, wakes = eng.env, eng.cfg.workload, self.wakes
         clipped = eng.workload.info.setdefault("clipped", {"prompt": 0, "output": 0})
+        fe = eng.frontend  # (None: no front end)
         ramp = wl.closed_loop.ramp_up_s * c / wl.closed_loop.clients
         if ramp > 0:
             wakes[c] = env.now + ramp
@@ -84,10 +87,20 @@ class Clients:
                 budget[0] -= 1
             clipped["prompt"] += p_clip
             clipped["output"] += o_clip
+            sent = env.now
+            if fe is not None:  # the serving front end handles it before the engine sees it
+                wakes[c] = at = fe.receive(sent, prompt)
+                if at > env.now:
+                    yield env.timeout(at - env.now)
+                del wakes[c]
             rid = eng.admitted
             done = self.waiting[rid] = env.event()
             done.client = c
             eng.admit(RequestSpec(id=rid, arrival_s=env.now, prompt_tokens=prompt, output_tokens=output,
-                                  session_id=f"client-{c}"))
+                                  session_id=f"client-{c}", sent_s=None if fe is None else sent))
             yield done
             wakes.pop(c, None)
+            if fe is not None and fe.out_s > 0:  # the client sees the last token this much later
+                wakes[c] = env.now + fe.out_s
+                yield env.timeout(fe.out_s)
+                del wakes[c]

@@ -64,7 +64,7 @@ class LengthDist(_Strict):
 CONV_PROMPT = LengthDist(kind="lognormal", median=1020, sigma=0.4986, min=1, max=8192)
 CONV_OUTPUT = LengthDist(kind="lognormal", median=129, sigma=0.9919, min=1, max=2048)
 
-Arrival = Literal["poisson", "gamma", "diurnal", "burst"]
+Arrival = Literal["poisson", "constant", "gamma", "diurnal", "burst"]
 
 
 class DiurnalConfig(_Strict):
@@ -156,9 +156,10 @@ class TraceConfig(_Strict):
     model_filter: list[str] | None = Field(default=None, description="BurstGPT: keep these Model values")
     log_type_filter: list[str] | None = Field(default=None, description="BurstGPT: keep these Log Type values")
     reorder_window_s: float = Field(default=1.0, ge=0, description="tolerated timestamp disorder")
-    arrivals: Literal["recorded", "poisson"] = Field(default="recorded", description=(
+    arrivals: Literal["recorded", "poisson", "constant"] = Field(default="recorded", description=(
         "recorded: the trace's times; poisson: times re-drawn from the seed as a Poisson process at the "
-        "trace's mean rate (after rate / rate_scale), each request keeping its lengths, order and prefix"))
+        "trace's mean rate (after rate / rate_scale), each request keeping its lengths, order and prefix; "
+        "constant: evenly spaced at that rate"))
 
     @model_validator(mode="after")
     def _check(self):

@@ -1,6 +1,6 @@
 """Synthetic workloads drawn from one seeded numpy Generator (same seed -> same requests).
 
-Arrival processes (``arrival``, in ``sim.workload.arrivals``): ``poisson``, ``gamma``,
+Arrival processes (``arrival``, in ``sim.workload.arrivals``): ``poisson``, ``constant``, ``gamma``,
 ``diurnal``, ``burst``. On top of them:
 ``tenants`` (independent streams merged in time order, each with its own lengths, SLO class and
 priority), ``sessions`` (multi-turn, history in the prompt, hash-chained prefix blocks) and
@@ -167,7 +167,7 @@ def synthetic_requests(cfg: WorkloadConfig, rng: np.random.Generator, info: dict
     desc = ", ".join(f"{s.name} {s.arrival} at {s.rate}/s" for s in cfg.tenants) if cfg.tenants else f"{cfg.arrival} at {cfg.rate}/s"
     info["source"] = f"synthetic {desc}" + (" sessions" if cfg.sessions else "")
     clipped = info.setdefault("clipped", {"prompt": 0, "output": 0})
-    renewal = len(sources) == 1 and cfg.sessions is None and cfg.system_prompts is None and cfg.arrival in ("poisson", "gamma")
+    renewal = len(sources) == 1 and cfg.sessions is None and cfg.system_prompts is None and cfg.arrival in ("poisson", "constant", "gamma")
     if renewal:  # no prefix hashes
         return _renewal_requests(cfg, rng, clipped, max_context)
     return _merged_requests(cfg, rng, clipped, max_context, block_tokens)
@@ -205,7 +205,7 @@ def _merged_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dic
 def _renewal_requests(cfg: WorkloadConfig, rng: np.random.Generator, clipped: dict,
                       max_context: int | None = None) -> Iterator[RequestSpec]:
     """``_merged_requests`` for one source of single requests (no tenants, sessions or system
-    prompts) with Poisson or gamma arrivals, ``CHUNK`` requests at a time: the same draws in the
+    prompts) with Poisson, constant or gamma arrivals, ``CHUNK`` requests at a time: the same draws in the
     same order (a chunk of gaps, one of prompt lengths, one of output lengths), arrival times
     summed one gap at a time from the same start (``np.cumsum`` adds in order), so the very same
     requests; numpy does per chunk what the general path does per request."""

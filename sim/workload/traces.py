@@ -93,11 +93,11 @@ def read_trace_requests(cfg: WorkloadConfig, info: dict, rng: np.random.Generato
     """Requests of ``cfg.trace`` in arrival order, ids 0, 1, 2, ...; counts go to ``info``.
     ``rng`` drives sampling and ShareGPT arrivals (default: a generator seeded with 0), and with
     ``arrivals: poisson`` the re-drawn arrival times (exponential gaps of mean span / count,
-    from a generator of their own seeded by one draw of ``rng``)."""
+    from a generator of their own seeded by one draw of ``rng``; ``constant``: every gap span / count)."""
     tc = cfg.trace
     rng = np.random.default_rng(0) if rng is None else rng
     factor = 1.0 / tc.rate_scale
-    redraw = tc.arrivals == "poisson"
+    redraw = tc.arrivals != "recorded"
     if tc.rate is not None or redraw:
         count, first, last = 0, 0.0, 0.0
         for a, *_ in _selected(cfg, {}, copy.deepcopy(rng)):
@@ -111,7 +111,7 @@ def read_trace_requests(cfg: WorkloadConfig, info: dict, rng: np.random.Generato
     if redraw:  # the same mean rate (count / span, as ``rate`` defines it), times from the seed
         gap = (last - first) * factor / count
         own = np.random.default_rng([int(rng.integers(0, 2**63)), 1])
-        times = Draws(lambda k: own.exponential(gap, k))
+        times = Draws((lambda k: own.exponential(gap, k)) if tc.arrivals == "poisson" else (lambda k: np.full(k, gap)))
     t = 0.0
     for n, (a, _, p, o, extra) in enumerate(_selected(cfg, info, rng)):
         if times is None:
