@@ -112,6 +112,6 @@ def merge_extrapolated(parts: list[list[dict]]) -> list[dict]:
                 out[e["operator"]] = {**e, "query_range": [list(r) for r in e["query_range"]]}
                 continue
             m["queries"] += e["queries"]
-            m["gpu_s"] += e["gpu_s"]
+            m["gpu_s"] = (round(m["gpu_s"] * 1e9) + round(e["gpu_s"] * 1e9)) / 1e9  # (whole ns, as each process counts them)
             m["query_range"] = [[min(a[0], b[0]), max(a[1], b[1])] for a, b in zip(m["query_range"], e["query_range"])]
     return list(out.values())

@@ -93,3 +93,16 @@ def test_workers_merge_every_process_s_extrapolation():
     assert [e["operator"] for e in got] == ["lm_head", "attn"]
     assert got[0]["queries"] == 5 and got[0]["gpu_s"] == 0.75 and got[0]["query_range"] == [[1, 9], [10, 10]]
     assert a[0]["query_range"] == [[1, 4], [10, 10]]  # the inputs are left alone
+
+
+def test_workers_count_extrapolation_as_one_process():
+    """A first pricing counts its out-of-range queries once, as any later step does: the count
+    does not depend on how many processes priced the replicas (each process prices its own
+    first steps), and the merged seconds are the one process's, to the nanosecond."""
+    from sim import simulate
+
+    base = {"cluster": {"replicas": 4}, "workload": {"rate": 20.0, "num_requests": 600}, "cost": {"model": "auto"},
+            "output": {"plots": False, "progress": False, "step_records": False}}
+    one, two = (simulate({**base, "engine": {"workers": w}}).summary for w in (1, 2))
+    assert one["sim"]["out_of_range_queries"] == two["sim"]["out_of_range_queries"] > 0
+    assert one["cost_model"]["extrapolated"] == two["cost_model"]["extrapolated"]

@@ -442,7 +442,6 @@ class KernelDbCostModel(RooflineCostModel):
         self._gemms: dict[str, Grid] = {}
         self._attn_p: dict = {}
         self._attn_d: dict = {}
-        self._decode_dense: dict = {}  # batch size -> (gemm, other_gpu, comm, out-of-range queries) of a decode step
         # by batch size, the last run asked: (kv tokens, longest, attention per step, its queries out of range)
         self._runs: dict[int, tuple] = {}
         self._extrap = Extrapolation()
@@ -658,14 +657,13 @@ class KernelDbCostModel(RooflineCostModel):
         """The roofline's step-memo entry (``_fixed_part`` and the out-of-range queries a hit
         counts besides the dense part's, which ``_price`` adds): here the prefill attention's,
         which its own memo counts at every asking; they are taken back from the count now, as
-        ``_price`` adds them on this asking too. A first pricing of the dense part counts by
-        itself, as without the step memo. So a step is counted the same whether its fixed part
+        ``_price`` adds them on this asking too (the dense part's count is the entry's own: its
+        pricing counts nothing by itself). So a step is counted the same whether its fixed part
         is priced or replayed (pure functions of tokens, sequences and chunk: the database's
         lookups are memoised by the same keys)."""
-        fresh = n and (tokens, n) not in self._dense_cache
         oor0 = self._oor
         fixed = self._fixed_part(tokens, n, chunks)
-        again = self._oor - oor0 - (fixed[5] if fresh else 0)
+        again = self._oor - oor0
         self._oor -= again
         return (*fixed, again)
 
@@ -720,8 +718,7 @@ class KernelDbCostModel(RooflineCostModel):
 
     def count_decode_run(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> None:
         """Count the out-of-range queries of ``steps`` consecutive decode steps as ``decode_step``
-        one step after another would: ``_dense_part`` once (a first pricing of this batch size
-        counts there, as in the run's first step), then each step's dense part and attention."""
+        one step after another would: each step's dense part and attention."""
         if steps <= 0:
             return
         dense = self._dense_part(num_seqs, num_seqs)[3]
@@ -738,23 +735,9 @@ class KernelDbCostModel(RooflineCostModel):
     def _decode_parts(self, n: int, kv_tokens: int, longest: int, steps: int):
         """(gemm, other_gpu, comm, cpu, attention of each step) of a decode run, as ``_price``
         composes them, counting nothing."""
-        gemm, other, comm, _ = self._decode_dense_part(n)
+        gemm, other, comm, _ = self._dense_part(n, n)
         cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * n
         return gemm, other, comm, cpu, self._decode_attn(n, kv_tokens, longest, steps)[0]
-
-    def _decode_dense_part(self, n: int) -> tuple[float, float, float, int]:
-        """``_dense_part(n, n)`` (gemm, other_gpu, comm, out-of-range queries of a decode step of
-        ``n`` sequences) without counting them or filling its cache, so that a step that runs
-        later is priced and counted as if this had not been asked (bounded as the memos)."""
-        hit = self._decode_dense.get(n)
-        if hit is None:
-            if len(self._decode_dense) >= MEMO_ENTRIES:
-                self._decode_dense.clear()
-            oor0 = self._oor
-            gemm, other, comm = self._dense_terms(n, n)
-            hit = self._decode_dense[n] = (gemm, other, comm, self._oor - oor0)
-            self._oor = oor0
-        return hit
 
     def _decode_attn(self, n: int, kv_tokens: int, longest: int, steps: int) -> tuple[list[float], list[int]]:
         """The decode attention of every layer at each step of a run, as ``_price`` composes it,

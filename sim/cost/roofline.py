@@ -383,13 +383,15 @@ class RooflineCostModel:
         """(gemm, other_gpu, comm, out-of-range queries) per step for the operators that depend
         only on the step's token and sequence counts. With pipeline parallelism the stages run
         one after another, so every layer counts once, plus a send/recv per stage boundary.
-        Cached by (tokens, num_seqs); subclasses price the parts in ``_dense_terms``."""
+        Cached by (tokens, num_seqs); subclasses price the parts in ``_dense_terms``. Counts
+        nothing: the caller adds the count (once per step, the first pricing as any other)."""
         key = (tokens, num_seqs)
         hit = self._dense_cache.get(key)
         if hit is not None:
             return hit
         oor0 = self._oor
         out = (*self._dense_terms(tokens, num_seqs), self._oor - oor0)
+        self._oor = oor0
         self._dense_cache[key] = out
         return out
 
