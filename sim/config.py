@@ -469,6 +469,15 @@ class Config(_Strict):
                          (self.engine.workers > 1, "engine.workers > 1")):
             if on:
                 raise ValueError(f"cluster.pools: {what} is not simulated with pools yet")
+        from sim.cluster.pools import fleet
+        from sim.cost.memory import memory_for_config
+        from sim.errors import CapacityError
+
+        for p in fleet(self):  # the model fits each pool's GPUs (the numbers in the message)
+            try:
+                memory_for_config(p.cfg, card, get_hardware(p.hardware))
+            except CapacityError as e:
+                raise ValueError(f"cluster.pools[{p.index}].hardware ({p.name}): {e}") from None
         return self
 
     @model_validator(mode="after")
