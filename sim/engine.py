@@ -235,9 +235,9 @@ class Engine:
         """Replica ``i`` with an empty KV pool and a fresh scheduler (its ``lives``-th start), of
         ``pool`` (a new replica's; default: the pool replica ``i`` belongs to)."""
         cfg = self.cfg
-        if pool is None:
-            pool = self.pool_of[i]
-        elif i == len(self.pool_of):
+        if pool is None:  # (cluster.autoscale adds replicas to the one pool there is)
+            pool = self.pool_of[i] if i < len(self.pool_of) else self.pools[0]
+        if i == len(self.pool_of):
             self.pool_of.append(pool)
         _, mem, cost = self.parts[pool.key]
         kv = make_kv_manager(cfg.kv, mem.num_gpu_blocks, mem.block_bytes)
