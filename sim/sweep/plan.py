@@ -391,6 +391,12 @@ def plan_markdown(table: pd.DataFrame, meta: dict) -> str:
     lines += ["", (chosen_line(ch) if ch else "**No fleet meets the SLOs at a known price.**"), "",
               "| " + " | ".join(PLAN_HEADER) + " |", "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in plan_rows(table)]
+    d = meta.get("disaggregated")
+    if d:
+        lines += ["", f"Disaggregated layouts: {d['layouts']} (prefill, decode) pairs of {len(d['bounds'])} (GPU, TP) units, "
+                  f"{d['in_range']} within the xPyD range; the {d['verified']} cheapest by their static bound verified by "
+                  f"simulation (all pairs with their bounds: layouts.parquet). Mean prompt {d['prompt_mean']:.0f}, mean "
+                  f"output {d['output_mean']:.0f} tokens."]
     lines += ["", f"{meta['candidates']} candidates, {meta['skipped']} skipped; runs: {meta['runs']['reused']} reused, "
               f"{meta['runs']['run']} run, {meta['runs']['failed']} failed; {meta['wall_s']:.1f} s.", ""]
     return "\n".join(lines)
@@ -476,12 +482,12 @@ def search_estimate(base: dict, live: list, units: list, rate: float, s: SearchS
                     workers: int, budget: float | None) -> dict:
     """How long the search will take, said before it starts: the runs it needs (capacity probes
     as ``probe_estimate`` counts them, one fleet check per seed, each disaggregated layout's
-    checks counted twice for growth) times the seconds of one run timed now (a capacity probe of
-    the first candidate at the start rate), over the workers. With a time budget below the
+    checks counted twice for growth) times the seconds of one run timed now (one replica of the
+    first candidate at the target rate, sized like a probe), over the workers. With a time budget below the
     estimate, fewer disaggregated layouts are verified (at least one)."""
     from sim.sweep.capacity import probe_estimate
 
-    per = _time_one_run(base, live, units, s)
+    per = _time_one_run(base, live, units, rate, s)
     seeds = len(s.seeds)
     agg = probe_estimate(s, len(live) * seeds) + len(live) * seeds
     dis = lambda k: 2 * k * seeds if units else 0  # noqa: E731
@@ -498,7 +504,7 @@ def search_estimate(base: dict, live: list, units: list, rate: float, s: SearchS
     return {"runs": runs, "seconds_per_run": per, "seconds": secs(top), "verify_top": top, "line": line}
 
 
-def _time_one_run(base: dict, live: list, units: list, s: SearchSettings) -> float:
+def _time_one_run(base: dict, live: list, units: list, rate: float, s: SearchSettings) -> float:
     from sim.api import simulate
     from sim.sweep.capacity import sized
 
@@ -508,7 +514,7 @@ def _time_one_run(base: dict, live: list, units: list, s: SearchSettings) -> flo
         cfg = set_key(set_key(base, "hardware", units[0].hardware), "parallelism.tp", units[0].tp)
     else:
         return 0.0
-    cfg = set_key(set_key(sized(cfg, s.start_rate, s), "output.plots", False), "output.progress", False)
+    cfg = set_key(set_key(sized(cfg, rate, s), "output.plots", False), "output.progress", False)
     t = time.perf_counter()
     try:
         simulate(cfg, progress=False)
