@@ -414,31 +414,35 @@ def pareto_front(cost, latency) -> list[int]:
 
 
 def plot_pareto(table: pd.DataFrame, out: Path, title: str = "") -> list[str]:
-    """Cost ($/hour) against p99 TTFT and p99 TPOT of every verified, priced fleet; the front joined."""
+    """Cost per million output tokens (or $/hour when a fleet's token count is unknown) against
+    p99 TTFT and p99 TPOT of every verified, priced fleet, aggregated and disaggregated fleets
+    marked apart; the front joined."""
     from sim.metrics.plots import _plt, save
 
     plt = _plt()
     ok = table[(table["status"] == "ok")] if "status" in table else table.iloc[0:0]
+    per_m = "usd_per_million_output_tokens"
+    xcol = per_m if per_m in ok and len(ok) and ok[per_m].notna().all() else "usd_per_hour"
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, col, name in ((axes[0], "ttft_p99_s", "p99 TTFT (ms)"), (axes[1], "tpot_p99_s", "p99 TPOT (ms)")):
         if len(ok) and col in ok:
-            x = ok["usd_per_hour"].to_numpy(float)
+            x = ok[xcol].to_numpy(float)
             y = ok[col].to_numpy(float) * 1e3
             lay = ok["layout"] if "layout" in ok else pd.Series(["agg"] * len(ok), index=ok.index)
             for (kind, hw), g in ok.groupby([lay, ok["hardware"]]):
-                ax.scatter(g["usd_per_hour"], g[col] * 1e3, s=30, alpha=0.8, marker="o" if kind == "agg" else "^",
+                ax.scatter(g[xcol], g[col] * 1e3, s=30, alpha=0.8, marker="o" if kind == "agg" else "^",
                            label=f"{'aggregated' if kind == 'agg' else 'disaggregated'}: {hw}")
             front = pareto_front(list(x), list(y))
             ax.plot(x[front], y[front], color="black", lw=1, ls="--", label="Pareto front")
             for i in front:
                 r = ok.iloc[i]
-                name = r["candidate"] if lay.iloc[i] != "agg" else \
+                tag = r["candidate"] if lay.iloc[i] != "agg" else \
                     f"{int(r['replicas'])}x {r['hardware']} tp{int(r['tp'])} {r['scheduler']}"
-                ax.annotate(name, (x[i], y[i]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+                ax.annotate(tag, (x[i], y[i]), fontsize=7, xytext=(4, 4), textcoords="offset points")
             ax.legend(fontsize=7)
         else:
             ax.text(0.5, 0.5, "no verified fleet with a known price", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xlabel("fleet cost ($/hour)")
+        ax.set_xlabel("$ per million output tokens" if xcol == per_m else "fleet cost ($/hour)")
         ax.set_ylabel(name)
     unknown = int((table["status"] == "cost unknown").sum()) if "status" in table else 0
     note = f" ({unknown} fleets with unknown price not shown)" if unknown else ""
