@@ -305,6 +305,9 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
     gpu_hours = out.num_gpus * makespan / 3600.0 if fleet is None else fleet.gpu_hours(out.simulated_s)
     usd = None if price is None else gpu_hours * price
     pools = getattr(out, "pools", None)
+    # the first pool's config: what the memory, cost-model and error-band figures describe (with
+    # pools, ``pools`` gives every pool's own figures)
+    first = next(iter(pools.values()))["spec"].cfg if pools else cfg
     if pools:  # each pool its own GPUs and price, summed
         pools = pools_block(out, src, makespan)
         gpu_hours = sum(p["gpu_hours"] for p in pools.values())
@@ -354,13 +357,13 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
             "usd": usd,
             "usd_per_million_output_tokens": (usd / out_tok * 1e6) if (usd is not None and out_tok) else None,
         },
-        "kv": {**out.memory, "peak_blocks_used": int(log.peak_kv_blocks), "gpu_memory_source": memory_source(cfg)},
+        "kv": {**out.memory, "peak_blocks_used": int(log.peak_kv_blocks), "gpu_memory_source": memory_source(first)},
         "precision": {"weights": cfg.dtype, "activations": cfg.act_dtype, "kv_cache": cfg.kv_dtype,
                       "communication": cfg.comm_dtype},
         "prefix_cache": prefix_cache(cfg, tally),
         "workload": out.workload_info,
         "cost_model": cost_block,
-        "error_band": error_band(getattr(out, "cost_info", None), out.cost_source, cfg.hardware, cfg.dtype, in_flight,
+        "error_band": error_band(getattr(out, "cost_info", None), out.cost_source, first.hardware, first.dtype, in_flight,
                                  ttft, tpot),
         "verdict": verdict,
         "warnings": list(getattr(out, "warnings", [])) + extrap_warnings
