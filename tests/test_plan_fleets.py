@@ -60,7 +60,7 @@ def test_plan_ranks_aggregated_and_disaggregated_fleets(planned):
     assert said and said[0].startswith("plan: 2 aggregated candidate(s), 2 (GPU, TP) unit(s)") and "about" in said[0]
     assert set(t["layout"]) == {"agg", "disagg"}
     dis = t[t["layout"] == "disagg"]
-    assert len(dis) == 2  # the two cheapest pairs by their bound
+    assert 2 <= len(dis) <= 4  # the two cheapest pairs by their bound, and the cheapest of each kind
     lay = pd.read_parquet(res.out / "layouts.parquet")
     assert len(lay) == 4  # every (prefill, decode) pair of the two units
     est = lay.estimate_usd_per_hour.to_numpy()

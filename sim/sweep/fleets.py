@@ -18,7 +18,8 @@ Coarse to fine, so that a plan over 4 GPUs x 4 TPs stays short:
    x or y outside the stated xPyD range are listed as such. Every (prefill unit, decode unit)
    pair is ranked by the $/hour of its bound-sized fleet.
 3. **Verification** (simulation, the plan's seeds and run store): the ``verify_top`` cheapest
-   layouts are simulated at the target rate as whole fleets (``cluster.pools``), growing the pool
+   layouts (plus the cheapest with one GPU type and the cheapest with two, when the top ones
+   lack either) are simulated at the target rate as whole fleets (``cluster.pools``), growing the pool
    that misses: a TTFT miss adds a prefill replica, a TPOT miss a decode replica, an incomplete
    or overloaded run the busier pool (``summary["pools"][...]["busy_share"]``), up to
    ``max_extra`` additions. A layout is *verified* when its fleet meets the SLOs on every seed.

@@ -494,7 +494,7 @@ def search_estimate(base: dict, live: list, units: list, rate: float, s: SearchS
     per = _time_one_run(base, live, units, rate, s)
     seeds = len(s.seeds)
     agg = probe_estimate(s, len(live) * seeds) + len(live) * seeds
-    dis = lambda k: 2 * k * seeds if units else 0  # noqa: E731
+    dis = lambda k: 2 * (k + 2) * seeds if units else 0  # noqa: E731  (+ the cheapest of each kind)
     secs = lambda k: (agg + dis(k)) * per / max(1, workers)  # noqa: E731
     top, note = verify_top, ""
     while budget is not None and top > 1 and secs(top) > budget:
@@ -542,7 +542,13 @@ def plan_disagg(base: dict, units: list, rate: float, s: SearchSettings, schedul
                    "estimate_usd_per_hour": r["estimate_usd_per_hour"], "prefill_bound_rps": r["prefill_bound_rps"],
                    "decode_bound_rps": r["decode_bound_rps"], "decode_limit": r["decode_limit"],
                    "note": r["why"] or ""} for r in lrows]).to_parquet(out / "layouts.parquet", index=False)
-    todo = [r for r in lrows if r["why"] is None and r["estimate_usd_per_hour"] is not None][:verify_top]
+    ready = [r for r in lrows if r["why"] is None and r["estimate_usd_per_hour"] is not None]
+    todo = ready[:verify_top]
+    if verify_top:  # and the cheapest of each kind (one GPU type, mixed GPUs) when the top ones are all of one
+        for mixed in (False, True):
+            kind = [r for r in ready if (r["layout"].pre.hardware != r["layout"].dec.hardware) == mixed]
+            if kind and not any(r is kind[0] for r in todo):
+                todo.append(kind[0])
     checks = {r["layout"]: verify_layout(sbase, r["layout"], rate, s, max_extra) for r in todo}
     ver = run.driver("disaggregated fleet checks", 2 * len(checks) * len(s.seeds)).run(checks) if checks else {}
     rows = []
