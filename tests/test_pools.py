@@ -347,3 +347,25 @@ def test_decode_pool_scales_on_kv_usage_and_a_retiring_replica_takes_no_transfer
     req = requests_frame(out)
     assert (req.status == "finished").all() and set(req.replica) == {1, 2}
     assert eng.replicas[2].role == "decode" and eng.replicas[2] in eng.disagg.decode_pool
+
+
+def test_pool_autoscaler_drains_a_busy_replica_before_retiring_it(tmp_path):
+    """Three replicas, target 2 outstanding each, decisions every 1 s, within [1, 3]. Six
+    requests at t = 0 go 0, 1, 2, 0, 1, 2 (least loaded); the two short ones (on replicas 0 and
+    1) finish before 1 s, leaving 4 outstanding and no idle replica: the decision at 1 s drains
+    replica 1 (the fewest outstanding, highest index first). A request at 3 s skips it; it is
+    released at the first decision after its last request finishes, and paid for until then."""
+    rows = [(0, 100, 2000), (0, 100, 800), (0, 100, 2000), (0, 100, 20), (0, 100, 20), (0, 100, 2000), (3.0, 100, 5)]
+    pools = [pool("a", replicas=3, autoscale={"target": 2, "interval_s": 1.0, "cold_start_s": 0.0,
+                                              "min_replicas": 1, "max_replicas": 3})]
+    cfg = load_config(tiny_config(cluster={"pools": pools, "router": "least_loaded"}, workload=trace(tmp_path, rows)))
+    eng = Engine(cfg)
+    out = eng.run()
+    assert_run_invariants(eng, out)
+    req = requests_frame(out)
+    assert list(req.replica) == [0, 1, 2, 0, 1, 2, 0]
+    assert req.finish_s[3:5].max() < 1.0 < req.finish_s[1]
+    fleet = eng.dynamics.pool_fleets["a"]
+    assert fleet.drained == 1 and fleet.released == {1: float(math.ceil(req.finish_s[1]))}
+    assert (1.0, 3, 3) in fleet.series  # drained at 1 s: still provisioned and counted as serving until released
+    assert fleet.series[-1] == (float(math.ceil(req.finish_s[1])), 2, 2)
