@@ -137,6 +137,15 @@ def print_summary(s: dict, cfg) -> None:
         print(f"autoscale: {a['replicas_started']} replicas started, {a.get('replicas_drained', 0)} drained, "
               f"peak {a['peak_provisioned']} provisioned, "
               f"{a['gpu_hours']:.3f} GPU-hours while provisioned")
+    for name, p in (s.get("pools") or {}).items():  # one line per pool
+        usd = "-" if p["usd"] is None else f"${p['usd']:.2f}"
+        busy = "-" if p["busy_share"] is None else f"{100 * p['busy_share']:.0f}%"
+        scaled = ""
+        if p.get("autoscale"):
+            a = p["autoscale"]
+            scaled = f", autoscaled: {a['replicas_started']} started, {a['replicas_drained']} drained, peak {a['peak_provisioned']}"
+        print(f"pool {name} ({p['role']}): {p['requests_served']:,} requests served, busy {busy}, "
+              f"{p['gpu_hours']:.3f} GPU-hours, {usd}{scaled}")
     sp = s.get("speculative")
     if sp:
         rate = "-" if sp["acceptance_rate"] is None else f"{100 * sp['acceptance_rate']:.0f}%"
