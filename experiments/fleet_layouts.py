@@ -3,7 +3,7 @@
 fleet of each kind, with $/hour and $ per million output tokens, as the prompt/output ratio
 changes (short chat, 8k-prompt RAG, long reasoning outputs).
 
-    python experiments/fleet_layouts.py --out results/fleet_layouts [--quick]
+    python experiments/fleet_layouts.py --out results/fleet_layouts [--quick] [--replot]
 
 Each (model, workload) is one ``servesim plan`` over GPUs x TPs with ``--layouts agg,disagg``
 (``sim/sweep/plan.py``, ``sim/sweep/fleets.py``): the aggregated candidates' capacities are
@@ -36,7 +36,7 @@ WORKLOADS = {
 }
 MODELS = {"llama-3.1-70b": {"rate": 4.0, "tps": [2, 4, 8]}, "mixtral-8x7b": {"rate": 8.0, "tps": [1, 2, 4]}}
 GPUS = ["h100-sxm", "a100-80gb", "h200-sxm"]
-KINDS = ("aggregated", "disaggregated", "mixed GPUs")
+KINDS = ("aggregated", "disaggregated, one GPU type", "disaggregated, mixed GPUs")
 
 
 def best(table: pd.DataFrame) -> dict:
@@ -87,16 +87,20 @@ def plot(df: pd.DataFrame, out: Path) -> list[str]:
     for ax, model in zip(axes[0], models):
         d = df[df["model"] == model]
         works = list(dict.fromkeys(d["workload"]))
+        ax.set_yscale("log")  # (RAG's short outputs cost an order of magnitude more per output token)
+        low = 0.5 * d["usd_per_million_output_tokens"].min()
+        ax.set_ylim(low, 3 * d["usd_per_million_output_tokens"].max())
         w = 0.8 / len(KINDS)
         for k, kind in enumerate(KINDS):
             vals = [d[(d["workload"] == wl) & (d["kind"] == kind)]["usd_per_million_output_tokens"] for wl in works]
-            ys = [float(v.iloc[0]) if len(v) and pd.notna(v.iloc[0]) else 0.0 for v in vals]
-            bars = ax.bar([i + (k - 1) * w for i in range(len(works))], ys, w, label=kind)
+            ys = [float(v.iloc[0]) if len(v) and pd.notna(v.iloc[0]) else float("nan") for v in vals]
+            bars = ax.bar([i + (k - 1) * w for i in range(len(works))], [0 if pd.isna(y) else y for y in ys], w,
+                          label=kind)
             for b, y in zip(bars, ys):
-                if y == 0.0:
-                    ax.annotate("none\nverified", (b.get_x() + b.get_width() / 2, 0), ha="center", va="bottom", fontsize=6)
+                ax.annotate("none\nverified" if pd.isna(y) else f"{y:.2f}", (b.get_x() + b.get_width() / 2,
+                            low if pd.isna(y) else y), ha="center", va="bottom", fontsize=6)
         ax.set_xticks(range(len(works)), works)
-        ax.set_ylabel("$ per million output tokens")
+        ax.set_ylabel("$ per million output tokens (log)")
         ax.set_title(f"{model} at {d['rate'].iloc[0]:g} req/s", fontsize=10)
         ax.legend(fontsize=7)
     fig.suptitle("Cheapest verified fleet of each kind (p99 TTFT <= 2 s, p99 TPOT <= 100 ms; first-pass search)",
@@ -111,10 +115,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("results/fleet_layouts"))
     ap.add_argument("--quick", action="store_true", help="one model, two GPUs, coarse search (a smoke test)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--replot", action="store_true", help="draw the figure again from OUT/results.csv")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
-    df = run_all(a.out, a.quick, a.workers)
-    df.to_csv(a.out / "results.csv", index=False)
+    if a.replot:
+        df = pd.read_csv(a.out / "results.csv")
+    else:
+        df = run_all(a.out, a.quick, a.workers)
+        df.to_csv(a.out / "results.csv", index=False)
     for f in plot(df, a.out):
         print("wrote", f)
     return 0
