@@ -160,7 +160,10 @@ def write_results(res: Results, out: Path, *, plots: bool = True) -> None:
     if plots:
         from sim.metrics.plots import plot_run
 
-        title = f"{res.config.model} on {res.config.cluster.replicas}x{res.config.parallelism.tp} {res.config.hardware}, {res.config.scheduler.name}"
+        c = res.config
+        fleet = (" + ".join(f"{p.replicas}x{(p.parallelism or c.parallelism).tp} {p.hardware} {p.role}" for p in c.cluster.pools)
+                 if c.cluster.pools else f"{c.cluster.replicas}x{c.parallelism.tp} {c.hardware}")
+        title = f"{c.model} on {fleet}, {c.scheduler.name}"
         plot_run(res.requests, res.steps, out / "plots", title=title, slo=res.config.slo,
                  band=res.summary.get("error_band"))
     (out / "summary.json").write_text(json.dumps(res.summary, indent=2, sort_keys=False) + "\n")

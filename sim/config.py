@@ -93,8 +93,82 @@ class PrefixRouting(_Strict):
         "(default: the replica's KV pool size in blocks)"))
 
 
+AUTOSCALE_SIGNALS = ("outstanding", "prefill_tokens", "kv_usage", "running")
+
+
+class PoolAutoscale(_Strict):
+    """One pool's autoscaler (``cluster.pools[i].autoscale``; ``sim/cluster/autoscale.py``): every
+    ``interval_s`` the pool is sized to ceil(signal summed over its replicas / ``target``) within
+    [min, max], as the Kubernetes HPA sizes a deployment from a per-replica average."""
+
+    enabled: bool = True
+    signal: Literal["outstanding", "prefill_tokens", "kv_usage", "running"] | None = Field(default=None, description=(
+        "what is measured: outstanding (waiting + running requests), prefill_tokens (prompt tokens not yet "
+        "computed), kv_usage (fraction of the KV pool in use), running (sequences in the batch); default: "
+        "prefill_tokens for a prefill pool, kv_usage for a decode pool, outstanding for a pool that does both"))
+    target: float = Field(gt=0, description=(
+        "the signal per serving replica the policy aims for (kv_usage: a fraction in (0, 1])"))
+    min_replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
+    max_replicas: int = Field(default=4, ge=1, le=MAX_REPLICAS)
+    interval_s: float = Field(default=10.0, ge=MIN_AUTOSCALE_INTERVAL_S, description="seconds between two decisions")
+    cold_start_s: float = Field(default=60.0, ge=0, description=(
+        "seconds from provisioning a replica until it serves (paid for meanwhile)"))
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) is below min_replicas ({self.min_replicas})")
+        if self.signal == "kv_usage" and self.target > 1:
+            raise ValueError(f"target ({self.target}) is a fraction of the KV pool for signal kv_usage: at most 1")
+        return self
+
+
+class PoolParallelism(_Strict):
+    tp: int = Field(default=1, ge=1, le=64, description="tensor-parallel degree (GPUs per stage)")
+    pp: int = Field(default=1, ge=1, le=64, description="pipeline stages")
+
+
+class Pool(_Strict):
+    """One pool of identical replicas (``cluster.pools``; ``sim/cluster/pools.py``): its GPU,
+    dtype, parallelism, count, role and price."""
+
+    name: str = Field(min_length=1, max_length=64)
+    hardware: str
+    dtype: Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int4", "fp32"] | None = Field(
+        default=None, description="weight dtype (default: the top-level dtype)")
+    parallelism: PoolParallelism | None = Field(default=None, description=(
+        "tp and pp of each replica (default: the top-level parallelism)"))
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
+    role: Literal["both", "prefill", "decode"] = Field(default="both", description=(
+        "both: serves arrivals to the end; prefill: serves arrivals up to their first token, then hands "
+        "the KV to a decode pool; decode: receives them"))
+    price: float | None = Field(default=None, ge=0, description=(
+        "$/GPU-hour (default: cost.usd_per_gpu_hour, else the card's dated price)"))
+    kv_link_gbps: float | None = Field(default=None, gt=0, description=(
+        "GB/s per direction one replica of this pool sends or receives KV at (default: the card's host "
+        "link per direction times the replica's GPUs); cluster.kv_transfer_gbps overrides every pool's"))
+    autoscale: PoolAutoscale | None = None
+
+    @field_validator("hardware")
+    @classmethod
+    def _card(cls, v):
+        from sim.catalog import CatalogError, get_hardware
+
+        try:
+            get_hardware(v)
+        except CatalogError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @property
+    def gpus_per_replica(self) -> int:
+        par = self.parallelism or PoolParallelism()
+        return par.tp * par.pp
+
+
 class Cluster(_Strict):
-    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="identical model replicas")
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description=(
+        "identical model replicas (with pools: their total, filled in from them)"))
     router: str = "round_robin"
     prefill_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS, description=(
         "prefill/decode disaggregation: the first N replicas only prefill, the others only decode "
@@ -104,6 +178,60 @@ class Cluster(_Strict):
         "hardware's host link per direction, times the GPUs of a replica)"))
     autoscale: Autoscale = Autoscale()
     prefix_routing: PrefixRouting = PrefixRouting()
+    pools: list[Pool] | None = Field(default=None, description=(
+        "the fleet as pools of identical replicas, each its own GPU, dtype, parallelism, count, role and "
+        "price (replicas and prefill_replicas are the shorthand for one or two pools of the top-level GPU)"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pool_total(cls, data):
+        """With pools, ``replicas`` is their total (filled in; a different value given is an error)."""
+        if not isinstance(data, dict) or not isinstance(data.get("pools"), list) or not data["pools"]:
+            return data
+        counts = [p.get("replicas", 1) if isinstance(p, dict) else 1 for p in data["pools"]]
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in counts):
+            return data  # the pool's own field reports it
+        total = sum(counts)
+        given = data.get("replicas")
+        if given is not None and given != total:
+            raise ValueError(f"cluster.replicas ({given}) differs from the pools' total ({total}); with "
+                             "cluster.pools leave replicas out")
+        return {**data, "replicas": total}
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether some replicas only prefill (``prefill_replicas`` or a pool of role prefill)."""
+        return bool(self.prefill_replicas) or any(p.role == "prefill" for p in self.pools or ())
+
+    @model_validator(mode="after")
+    def _pools(self):
+        if self.pools is None:
+            return self
+        if not self.pools:
+            raise ValueError("cluster.pools: give at least one pool (or leave pools out)")
+        seen = {}
+        for i, p in enumerate(self.pools):
+            if p.name in seen:
+                raise ValueError(f"cluster.pools[{i}].name: {p.name!r} is already pool {seen[p.name]}'s name")
+            seen[p.name] = i
+        if self.prefill_replicas:
+            raise ValueError("cluster.prefill_replicas: with cluster.pools give the prefill pool a role: prefill")
+        if self.autoscale.enabled:
+            raise ValueError("cluster.autoscale: with cluster.pools each pool has its own autoscale block")
+        roles = [p.role for p in self.pools]
+        for want, need in (("decode", "prefill"), ("prefill", "decode")):
+            if want in roles and need not in roles:
+                i = roles.index(want)
+                raise ValueError(f"cluster.pools[{i}].role: a {want} pool ({self.pools[i].name}) needs a {need} pool")
+        for i, p in enumerate(self.pools):
+            a = p.autoscale
+            if a is not None and a.enabled and not a.min_replicas <= p.replicas <= a.max_replicas:
+                raise ValueError(f"cluster.pools[{i}].replicas: {p.replicas} must lie within autoscale.min_replicas "
+                                 f"({a.min_replicas}) and autoscale.max_replicas ({a.max_replicas})")
+            if a is not None and a.enabled and a.signal == "prefill_tokens" and p.role == "decode":
+                raise ValueError(f"cluster.pools[{i}].autoscale.signal: a decode pool computes no prompt tokens; "
+                                 "use kv_usage, running or outstanding")
+        return self
 
     @model_validator(mode="after")
     def _router(self):
@@ -329,11 +457,50 @@ class Config(_Strict):
             raise ValueError(why)
         if par.dp > 1:  # expert groups step as one: what the engine does not simulate with them yet
             for on, what in ((self.faults.events, "faults are"), (self.cluster.autoscale.enabled, "autoscaling is"),
-                             (self.cluster.prefill_replicas, "prefill/decode disaggregation is"),
+                             (self.cluster.disaggregated, "prefill/decode disaggregation is"),
                              (self.engine.workers > 1, "engine.workers > 1 is")):
                 if on:
                     raise ValueError(f"parallelism.dp: {what} not simulated with attention data parallelism yet; "
                                      "use dp=1")
+        return self
+
+    @model_validator(mode="after")
+    def _pool_cards(self):
+        """Each pool splits the model over its own parallelism, on a GPU that runs its dtype;
+        what pools do not simulate yet is refused (the memory fit is checked by the engine,
+        before simulating, naming the pool)."""
+        from sim.catalog import CatalogError, get_hardware, get_model
+
+        pools = self.cluster.pools
+        if not pools:
+            return self
+        card = get_model(self.model)
+        for i, p in enumerate(pools):
+            par = p.parallelism or self.parallelism
+            why = card.parallelism_problem(par.tp, par.pp) or card.expert_parallel_problem(par.tp, self.parallelism.ep)
+            if why:
+                raise ValueError(f"cluster.pools[{i}].parallelism ({p.name}): {why}")
+            dtype = p.dtype or self.dtype
+            try:
+                get_hardware(p.hardware).check_dtype(dtype)
+            except CatalogError as e:
+                raise ValueError(f"cluster.pools[{i}].dtype ({p.name}): {dtype}: {e}") from None
+            if dtype in ("mxfp4", "int4") and not card.is_moe:
+                raise ValueError(f"cluster.pools[{i}].dtype ({p.name}): {dtype} quantises the routed experts of an "
+                                 f"MoE model; {self.model} has none")
+        for on, what in ((self.parallelism.dp > 1, "parallelism.dp > 1"), (self.speculative.enabled, "speculative"),
+                         (self.engine.workers > 1, "engine.workers > 1")):
+            if on:
+                raise ValueError(f"cluster.pools: {what} is not simulated with pools yet")
+        from sim.cluster.pools import fleet
+        from sim.cost.memory import memory_for_config
+        from sim.errors import CapacityError
+
+        for p in fleet(self):  # the model fits each pool's GPUs (the numbers in the message)
+            try:
+                memory_for_config(p.cfg, card, get_hardware(p.hardware))
+            except CapacityError as e:
+                raise ValueError(f"cluster.pools[{p.index}].hardware ({p.name}): {e}") from None
         return self
 
     @model_validator(mode="after")
@@ -450,6 +617,8 @@ def _format_error(err: ValidationError, data: dict) -> str:
     for e in err.errors():
         loc = tuple(str(x) for x in e["loc"])
         path = ".".join(loc) or "config"
+        if loc[:2] == ("cluster", "pools") and len(loc) > 2 and loc[2].isdigit():  # as the pool checks name it
+            path = f"cluster.pools[{loc[2]}]" + "".join("." + x for x in loc[3:])
         if e["type"] == "extra_forbidden":
             known = _valid_keys(Config, loc[:-1])
             if loc[:1] == ("scheduler",) and len(loc) == 2:

@@ -18,16 +18,16 @@ import numpy as np
 import simpy
 
 from sim import lifecycle
-from sim.catalog import get_hardware, get_model
+from sim.catalog import get_model
 from sim.cluster import ROUTERS, ReplicaLoad
 from sim.cluster.autoscale import FleetLog
 from sim.cluster.disagg import Disaggregation
 from sim.cluster.dynamics import PoolDynamics
 from sim.cluster.faults import FaultSchedule, ScaledCost
 from sim.cluster.frontend import Frontend, with_frontend
+from sim.cluster.pools import fleet, pool_parts, pools_output
 from sim.config import Config
 from sim.cost import make_cost_model
-from sim.cost.memory import memory_for_config
 from sim.fastforward import decode_run, steady_decode
 from sim.flow import Flow, enters
 from sim.kv import KVManager, make_kv_manager
@@ -65,6 +65,7 @@ class SimOutput:
     faults: dict | None = None  # summary.json's ``faults`` block (None without faults)
     speculative: dict | None = None  # summary.json's ``speculative`` block (None without speculation)
     fleet: FleetLog | None = None  # provisioning record (autoscaling only)
+    pools: dict | None = None  # with cluster.pools: per pool, what the summary's ``pools`` block needs
     warnings: list = field(default_factory=list)
     """One line per thing the user should know about this run (``ServesimWarning``)."""
 
@@ -78,10 +79,11 @@ class Replica:
     ``next_arrival``, ``must_wait``, ``step``, ``drop`` and ``leave``. Nothing else of the engine is
     theirs to read or change."""
 
-    def __init__(self, idx: int, scheduler, kv: KVManager, cost, engine: "Engine"):
+    def __init__(self, idx: int, scheduler, kv: KVManager, cost, engine: "Engine", pool):
         self.idx, self.scheduler, self.kv, self.cost = idx, scheduler, kv, cost
         self.by_id, self.itl, self.steps = engine.by_id, engine.itl, engine.steps
-        self.tp, self.pp = engine.cfg.parallelism.tp, engine.cfg.parallelism.pp
+        self.pool = pool  # its ``PoolSpec`` (sim/cluster/pools.py)
+        self.tp, self.pp = pool.tp, pool.pp
         # the fast paths' interface: the engine's own functions, bound to this replica (no extra
         # Python frame on their hot paths)
         self.next_arrival = partial(engine.next_arrival_for, self)
@@ -97,7 +99,7 @@ class Replica:
         self.leave = partial(engine._leave, self)
         """(r) -> ``r`` produced its last token: it leaves the scheduler and its row is written."""
         self.wake: simpy.Event | None = None
-        self.role = "both"  # or "prefill" / "decode" under disaggregation
+        self.role = pool.role  # "both", or "prefill" / "decode" under disaggregation
         self.up = True  # serving (False while crashed, warming up or retired)
         self.retired = False  # released by the autoscaler
         self.proc = None  # its simpy process
@@ -158,9 +160,12 @@ class Engine:
         # ``self.plans`` (the real replay of calibration/ executes them); off by default.
         self.plans: list | None = [] if record_plans else None
         self.model = get_model(cfg.model)
-        self.hw = get_hardware(cfg.hardware)
-        self.mem = memory_for_config(cfg, self.model, self.hw)
-        self.cost = make_cost_model(cfg, self.model, self.hw)
+        # the pools (the shorthand's one or two share ``cfg``): per (GPU, dtype, TP, PP) a card,
+        # a memory plan and a cost model; ``hw``, ``mem``, ``cost`` are the first pool's
+        self.pools = fleet(cfg)
+        self.parts = pool_parts(self.pools, self.model, bool(cfg.cluster.pools))
+        self.hw, self.mem, self.cost = self.parts[self.pools[0].key]
+        self.pool_of = [p for p in self.pools for _ in range(p.replicas * cfg.parallelism.dp)]  # by replica index
         self.sched_cls, self.knobs = REGISTRY[cfg.scheduler.name], cfg.scheduler.knobs()
         self.warnings: list[str] = prefix_caching_warnings(cfg)
         # rows of the requests that left; with output.stream they go to ``stream_to`` in chunks
@@ -178,13 +183,15 @@ class Engine:
         self.admitted = 0
         # (busy time: only for the share of extrapolated GPU time, which a cost model that names
         # what it extrapolated reports)
-        self.steps = StepLog(keep_rows=cfg.output.step_records, track_busy=hasattr(self.cost, "extrapolated"))
+        pooled = bool(cfg.cluster.pools)  # (each pool's busy share: busy time per replica)
+        self.steps = StepLog(keep_rows=cfg.output.step_records, track_busy=pooled or hasattr(self.cost, "extrapolated"),
+                             by_replica={} if pooled else None)
         self.itl = ItlSketch() if self.sink is not None else ItlLog()
         # attention data parallelism: each replica is an expert group of ``dp`` ranks, each rank
         # its own scheduler and KV pool (a ``Replica``: the routers see ranks); a group steps as one
         self.dp = cfg.parallelism.dp  # (what dp > 1 does not simulate is refused by the config)
         self.replicas = [self._new_replica(i) for i in range(cfg.cluster.replicas * self.dp)]
-        self.disagg = Disaggregation.for_config(cfg, self.replicas, self.hw, self.model)  # None: not disaggregated
+        self.disagg = Disaggregation.for_config(cfg, self.replicas, self.hw, self.model, self.pools, self.parts)  # None: not disaggregated
         self.entry_pool = self.disagg.entry_pool if self.disagg else self.replicas  # where arrivals go
         self.route = ROUTERS[cfg.cluster.router]
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3]),  # the router's own stream
@@ -205,7 +212,8 @@ class Engine:
         # faults (the schedule prices steps; crashes change the pool) and autoscaling
         self.faults = FaultSchedule(cfg.faults.events)
         self.dynamics = PoolDynamics(self)
-        self.dynamic = bool(self.faults.crashes) or cfg.cluster.autoscale.enabled  # the pool changes
+        self.dynamic = (bool(self.faults.crashes) or cfg.cluster.autoscale.enabled  # the pool changes
+                        or any(p.autoscale is not None for p in self.pools))
         self.end_s: float | None = None  # when the last open request ended (dynamic runs)
         # a replica that shares no state runs ahead of simpy's clock up to its next possible
         # arrival (``_wait``): nothing reaches it or reads it before then
@@ -227,15 +235,21 @@ class Engine:
             draft = make_cost_model(self.cfg, get_model(sp.draft_model), self.hw)
         return Drafter(sp, np.random.default_rng([self.cfg.seed, 5]), self.cost, draft)
 
-    def _new_replica(self, i: int, lives: int = 0) -> Replica:
-        """Replica ``i`` with an empty KV pool and a fresh scheduler (its ``lives``-th start)."""
+    def _new_replica(self, i: int, lives: int = 0, pool=None) -> Replica:
+        """Replica ``i`` with an empty KV pool and a fresh scheduler (its ``lives``-th start), of
+        ``pool`` (a new replica's; default: the pool replica ``i`` belongs to)."""
         cfg = self.cfg
-        kv = make_kv_manager(cfg.kv, self.mem.num_gpu_blocks, self.mem.block_bytes)
+        if pool is None:  # (cluster.autoscale adds replicas to the one pool there is)
+            pool = self.pool_of[i] if i < len(self.pool_of) else self.pools[0]
+        if i == len(self.pool_of):
+            self.pool_of.append(pool)
+        _, mem, cost = self.parts[pool.key]
+        kv = make_kv_manager(cfg.kv, mem.num_gpu_blocks, mem.block_bytes)
         seed = [cfg.seed, 1, i] + ([lives] if lives else [])  # the policy's own stream (predictors)
         sched = self.sched_cls(self.knobs, kv, rng=np.random.default_rng(seed), max_context=self.model.max_context)
         if cfg.speculative.enabled:
             sched.spec_tokens = cfg.speculative.num_speculative_tokens
-        return Replica(i, sched, kv, self.cost, self)
+        return Replica(i, sched, kv, cost, self, pool)
 
     # ------------------------------------------------------------------ admission
     def admit(self, spec, turn: int | None = None) -> None:
@@ -310,7 +324,7 @@ class Engine:
     def _step(self, rep: Replica, plan, start: float):
         """Commit ``plan``, wait for its step (unless the replica runs ahead: ``_wait``),
         complete it; returns the step's end (a generator the loop yields from)."""
-        shape = self._commit(plan, start)
+        shape = self._commit(plan, start, rep)
         st = self._cost(rep, start).step_time(shape)
         accepted = None
         if self.drafter is not None:  # the decodes verify their drafts: acceptances drawn, drafts priced
@@ -333,15 +347,14 @@ class Engine:
                        rep.kv.num_used, len(rep.scheduler.waiting))
         return now
 
-    def _commit(self, plan, now: float) -> BatchShape:
-        """Commit ``plan`` at ``now`` (``lifecycle.commit``) and abort what it dropped; the step's
-        ``BatchShape``."""
+    def _commit(self, plan, now: float, rep: Replica) -> BatchShape:
+        """Commit ``plan`` of ``rep`` at ``now`` (``lifecycle.commit``) and abort what it dropped;
+        the step's ``BatchShape``."""
         ctx = lifecycle.commit(plan, self.by_id, now)
         if plan.aborted:
             self._abort(plan)
-        par = self.cfg.parallelism
         return BatchShape(tuple(plan.num_new_tokens.values()), tuple(ctx), plan.blocks_swapped_in,
-                          plan.blocks_swapped_out, par.tp, par.pp)
+                          plan.blocks_swapped_out, rep.tp, rep.pp)
 
     def _empty(self, sched, plan, now: float) -> tuple[bool, float | None]:
         """An empty ``plan``: its preemptions and aborts applied; returns whether it had any, and
@@ -618,7 +631,7 @@ class Engine:
                     shapes.append(idle)
                     continue
                 plans.append(plan)
-                shapes.append(self._commit(plan, now))
+                shapes.append(self._commit(plan, now, rep))
             if not any(p is not None for p in plans):
                 if held:
                     wakes = [w for _, w in held if w is not None and w > now]
@@ -709,14 +722,16 @@ def output(eng: Engine, end: float) -> SimOutput:
     cfg, cost = eng.cfg, eng.cost
     return SimOutput(
         config=cfg, requests=eng.requests, steps=eng.steps, itl=eng.itl, memory=eng.mem.as_dict(),
-        num_gpus=cfg.cluster.replicas * cfg.parallelism.tp * cfg.parallelism.pp * eng.dp, simulated_s=end,
+        num_gpus=sum(p.replicas * p.gpus_per_replica for p in eng.pools) * eng.dp, simulated_s=end,
         workload_info=dict(eng.workload.info), cost_source=cost.source,
         cost_params={"source": cost.params_source, **cost.p.as_dict()},
-        out_of_range=cost.out_of_range_total(), kv_blocks_per_replica=eng.mem.num_gpu_blocks,
+        out_of_range=sum(c.out_of_range_total() for _, _, c in eng.parts.values()),
+        kv_blocks_per_replica=eng.mem.num_gpu_blocks,
         cost_info=cost.describe() if hasattr(cost, "describe") else None,  # (None: the source and params)
         warnings=eng.warnings + clip_warnings(eng.workload.info, cfg, eng.admitted),
         faults=eng.dynamics.log.summary(eng.faults, end) if cfg.faults.events else None,
-        fleet=eng.dynamics.fleet, speculative=eng.drafter.summary() if eng.drafter is not None else None)
+        fleet=eng.dynamics.fleet, speculative=eng.drafter.summary() if eng.drafter is not None else None,
+        pools=pools_output(eng) if cfg.cluster.pools else None)
 
 
 def fast_forward_exact(cfg: Config, route) -> bool:
@@ -726,7 +741,7 @@ def fast_forward_exact(cfg: Config, route) -> bool:
     ends at a completion) and, with several replicas, a router whose turns are known in advance;
     no disaggregation; and in a closed loop a single replica (a completion on one replica lets a
     client send to another in the middle of that one's run)."""
-    return ((cfg.cluster.replicas == 1 or route.turns is not None) and not cfg.cluster.prefill_replicas
+    return ((cfg.cluster.replicas == 1 or route.turns is not None) and not cfg.cluster.disaggregated
             and (cfg.workload.closed_loop is None or cfg.cluster.replicas == 1))
 
 

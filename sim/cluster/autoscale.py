@@ -1,4 +1,7 @@
-"""Queue-length autoscaling: a pure decision function and the fleet's provisioning record.
+"""Autoscaling: a pure decision function, the signals it reads, and the fleet's provisioning
+record. ``cluster.autoscale`` sizes a fleet of identical replicas on outstanding requests; with
+``cluster.pools`` each pool has its own autoscaler and signal (``pool_signal``), decisions and
+record, and drains and releases only its own replicas.
 
 Policy, after the Kubernetes Horizontal Pod Autoscaler ("Horizontal Pod Autoscaling", algorithm
 details: desired = ceil(current replicas x current metric / target metric)) with the metric an
@@ -20,10 +23,52 @@ import math
 from dataclasses import dataclass, field
 
 
-def desired_replicas(outstanding: int, cfg) -> int:
-    """ceil(outstanding / target), clamped to [min_replicas, max_replicas]."""
+def desired_replicas(outstanding: float, cfg) -> int:
+    """ceil(outstanding / target), clamped to [min_replicas, max_replicas] (``outstanding``: the
+    signal summed over the fleet or pool, ``pool_signal``)."""
     want = math.ceil(outstanding / cfg.target_outstanding)
     return max(cfg.min_replicas, min(cfg.max_replicas, want))
+
+
+@dataclass(frozen=True)
+class Target:
+    """What ``desired_replicas`` reads: a pool's bounds and its target per replica."""
+
+    min_replicas: int
+    max_replicas: int
+    target_outstanding: float
+
+
+DEFAULT_SIGNAL = {"prefill": "prefill_tokens", "decode": "kv_usage", "both": "outstanding"}
+"""A pool's signal when its autoscale block names none: queued prefill work for a prefill pool
+(what Dynamo's Planner scales prefill workers on), KV-cache use for a decode pool (its decode
+workers' signal), outstanding requests for a pool that does both."""
+
+
+def pool_signal(signal: str, replicas: list, pending: list = ()) -> float:
+    """The signal summed over a pool's ``replicas`` (the live ones, draining included) and the
+    requests ``pending`` on their way to it (parked, or their KV in transfer):
+
+    - ``outstanding``: waiting + running requests;
+    - ``prefill_tokens``: prompt tokens not yet computed (a request preempted by recompute counts
+      its prompt again);
+    - ``running``: sequences in the running batch (pending ones not counted);
+    - ``kv_usage``: each serving replica's fraction of KV blocks in use (pending ones not counted).
+
+    desired = ceil(this sum / target): the HPA's ceil(replicas x average / target)."""
+    if signal == "outstanding":
+        return sum(len(r.scheduler.waiting) + len(r.scheduler.running) for r in replicas) + len(pending)
+    if signal == "running":
+        return sum(len(r.scheduler.running) for r in replicas)
+    if signal == "kv_usage":
+        return sum(r.kv.num_used / r.kv.num_blocks for r in replicas if r.up)
+    if signal == "prefill_tokens":
+        left = 0
+        for r in replicas:
+            for q in (r.scheduler.waiting, r.scheduler.running):
+                left += sum(max(0, x.prompt_tokens - x.num_computed) for x in q)
+        return left + sum(max(0, x.prompt_tokens - x.num_computed) for x in pending)
+    raise ValueError(f"unknown autoscale signal {signal!r}")
 
 
 @dataclass(frozen=True)

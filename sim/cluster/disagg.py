@@ -1,5 +1,5 @@
-"""Prefill/decode disaggregation (``cluster.prefill_replicas``): the first N replicas only
-prefill, the others only decode. Arrivals go to the prefill pool; when a request has its first
+"""Prefill/decode disaggregation (``cluster.prefill_replicas``, or pools of role prefill and
+decode: ``sim/cluster/pools.py``): the first N replicas only prefill, the others only decode. Arrivals go to the prefill pool; when a request has its first
 token its KV cache leaves the prefill replica and, after the transfer over the link between them,
 joins the least loaded decode replica with its computed tokens intact.
 
@@ -18,7 +18,7 @@ from sim import lifecycle
 
 
 class Disaggregation:
-    """The two pools and the transfers in flight between them."""
+    """The entry and decode pools and the transfers in flight between them."""
 
     def __init__(self, replicas: list, prefill_replicas: int, transfer_bytes_per_s: float, kv_bytes_per_token: float):
         self.entry_pool = replicas[:prefill_replicas]
@@ -30,11 +30,17 @@ class Disaggregation:
         self.bytes_per_s = transfer_bytes_per_s
         self.kv_bytes_per_token = kv_bytes_per_token
         self.in_flight = 0  # KV transfers under way
+        self.links: dict | None = None  # pools: (prefill pool, decode pool) -> bytes/s (``for_pools``)
+        self.heading: dict = {}  # pools: request id -> the decode pool its transfer goes to
+        self.handed_off: dict = {}  # pools: prefill pool -> requests it handed off
 
     @classmethod
-    def for_config(cls, cfg, replicas: list, hw, model) -> Disaggregation | None:
-        """The disaggregation ``cfg`` asks for (``cluster.prefill_replicas``; None when it is 0).
-        The link defaults to the hardware's host link times the GPUs of a replica."""
+    def for_config(cls, cfg, replicas: list, hw, model, pools=None, parts=None) -> Disaggregation | None:
+        """The disaggregation ``cfg`` asks for (``cluster.prefill_replicas`` or pools of role
+        prefill; None without). The link defaults to the hardware's host link times the GPUs of a
+        replica (with pools: the slower end's, ``sim.cluster.pools.link_bytes_per_s``)."""
+        if cfg.cluster.pools:
+            return cls.for_pools(cfg, replicas, model, pools, parts)
         npre = cfg.cluster.prefill_replicas
         if not npre:
             return None
@@ -42,13 +48,43 @@ class Disaggregation:
         bw = cfg.cluster.kv_transfer_gbps * 1e9 if cfg.cluster.kv_transfer_gbps else hw.host_bw * gpus
         return cls(replicas, npre, bw, model.kv_bytes_per_token(cfg.kv_dtype))
 
+    @classmethod
+    def for_pools(cls, cfg, replicas: list, model, pools, parts) -> Disaggregation | None:
+        """Pools with role prefill hand off to pools with role decode; replicas of role both take
+        arrivals too and keep them to the end. Each (prefill, decode) pair of pools moves KV at the
+        slower end's link."""
+        from sim.cluster.pools import link_bytes_per_s
+
+        if not any(p.role == "prefill" for p in pools):
+            return None
+        self = cls([], 0, 0.0, model.kv_bytes_per_token(cfg.kv_dtype))
+        self.entry_pool = [r for r in replicas if r.role != "decode"]
+        self.decode_pool = [r for r in replicas if r.role == "decode"]
+        bw = {p.name: link_bytes_per_s(cfg, p, parts[p.key][0]) for p in pools}
+        self.links = {(a.name, b.name): min(bw[a.name], bw[b.name])
+                      for a in pools if a.role == "prefill" for b in pools if b.role == "decode"}
+        self.handed_off = {p.name: 0 for p in pools if p.role == "prefill"}
+        return self
+
+    def add(self, rep) -> None:
+        """A replica an autoscaler added joins its pool's side."""
+        (self.decode_pool if rep.role == "decode" else self.entry_pool).append(rep)
+
     def hand_off(self, rep, r) -> float:
         """``r`` got its first token on prefill replica ``rep``: it leaves (its blocks return to
         the pool) and its KV starts moving; the transfer's seconds."""
         rep.scheduler.finish(r)
         lifecycle.hand_off(r)
         self.in_flight += 1
-        return r.num_computed * self.kv_bytes_per_token / self.bytes_per_s
+        if self.links is None:
+            return r.num_computed * self.kv_bytes_per_token / self.bytes_per_s
+        # pools: the transfer goes to the pool of the least loaded serving decode replica now
+        # (the replica within it is chosen when the transfer ends), at the slower end's link
+        self.handed_off[rep.pool.name] += 1
+        pool = [d for d in self.decode_pool if d.up] or self.decode_pool
+        to = min(pool, key=_load).pool.name
+        self.heading[r.id] = to
+        return r.num_computed * self.kv_bytes_per_token / self.links[(rep.pool.name, to)]
 
     def land(self, r):
         """The transfer of ``r`` ended: it joins the least loaded serving decode replica. Returns
@@ -58,9 +94,12 @@ class Disaggregation:
         replica is down after a crash."""
         self.in_flight -= 1
         pool = [d for d in self.decode_pool if d.up]
+        if self.links is not None:  # within the pool the KV was sent to, while one of it serves
+            to = self.heading.pop(r.id)
+            pool = [d for d in pool if d.pool.name == to] or pool
         if not pool:
             return None, None
-        dst = min(pool, key=lambda d: (len(d.scheduler.waiting) + len(d.scheduler.running), d.idx))
+        dst = min(pool, key=_load)
         r.replica = dst.idx
         reason = dst.scheduler.readmit_reason(r, r.num_computed)
         if reason is None:
@@ -72,3 +111,8 @@ class Disaggregation:
         if rep.role != "decode":
             return False
         return bool(self.in_flight) or any(p.scheduler.has_work() for p in self.entry_pool)
+
+
+def _load(d) -> tuple:
+    """A decode replica's order of choice: the fewest waiting + running requests, then the lowest index."""
+    return (len(d.scheduler.waiting) + len(d.scheduler.running), d.idx)

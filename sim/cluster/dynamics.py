@@ -15,7 +15,7 @@ import heapq
 from collections import deque
 
 from sim import lifecycle
-from sim.cluster.autoscale import FleetLog, decide
+from sim.cluster.autoscale import DEFAULT_SIGNAL, FleetLog, Target, decide, pool_signal
 from sim.cluster.faults import FaultLog
 from sim.fastforward import run_prefix
 
@@ -34,6 +34,8 @@ class PoolDynamics:
         self.parked: deque = deque()  # requests waiting for any replica to serve
         self.parked_decode: deque = deque()  # disaggregation: decoding requests waiting for a decode replica
         self.draining: set[int] = set()  # replicas the router skips until they are empty (then released)
+        # pools with their own autoscaler: each pool's provisioning record
+        self.pool_fleets = {p.name: FleetLog(p.gpus_per_replica) for p in eng.pools if p.autoscale is not None}
 
     def start(self) -> None:
         """Start the processes: scheduled faults, then the autoscaler (in one process: sim.shards
@@ -45,6 +47,12 @@ class PoolDynamics:
             self.fleet.provisioned.update((r.idx, 0.0) for r in eng.replicas)
             self.record_fleet(0.0)
             eng.env.process(self.autoscale())
+        for p in eng.pools:
+            if p.autoscale is not None:
+                self.pool_fleets[p.name].provisioned.update((r.idx, 0.0) for r in eng.replicas if r.pool is p)
+                eng.env.process(self.autoscale_pool(p))
+        if self.pool_fleets:
+            self.record_fleet(0.0)
 
     # ------------------------------------------------------------------ state changes
     def crash(self, rep, now: float) -> bool:
@@ -141,6 +149,9 @@ class PoolDynamics:
         if self.fleet is not None:
             live = [r for r in self.eng.replicas if not r.retired]
             self.fleet.record(now, len(live), sum(r.up or r.idx in self.draining for r in live))
+        for name, fleet in self.pool_fleets.items():
+            live = [r for r in self.eng.replicas if r.pool.name == name and not r.retired]
+            fleet.record(now, len(live), sum(r.up or r.idx in self.draining for r in live))
 
     # ------------------------------------------------------------------ processes
     def faults(self):
@@ -200,10 +211,63 @@ class PoolDynamics:
             if add or d.remove or d.drain or d.undrain or drained:
                 self.record_fleet(env.now)
 
-    def _release(self, rep, now: float) -> None:
+    def autoscale_pool(self, pool):
+        """One pool's autoscaler (``cluster.pools[i].autoscale``): every ``interval_s``, size the
+        pool to ceil(its signal / target) (``autoscale.pool_signal``) within its bounds; new
+        replicas of the pool serve after the cold start; a replica leaving takes no new request
+        and is released once empty (drain before retire), or at once when idle."""
+        eng, a = self.eng, pool.autoscale
+        env, fleet = eng.env, self.pool_fleets[pool.name]
+        signal = a.signal or DEFAULT_SIGNAL[pool.role]
+        target = Target(a.min_replicas, a.max_replicas, a.target)
+        while True:
+            yield env.timeout(a.interval_s)
+            if eng.end_s is not None:
+                return
+            mine = [r for r in eng.replicas if r.pool is pool]
+            drained = [r for r in mine if r.idx in self.draining and not r.scheduler.has_work()]
+            for r in drained:  # emptied since the last decision: released now (paid until now)
+                self.draining.discard(r.idx)
+                fleet.drained += 1
+                self._release(r, env.now, fleet)
+            live = [r for r in mine if not r.retired]
+            idle = [r.idx for r in live if r.up and not r.scheduler.has_work()]
+            busy = {r.idx: len(r.scheduler.waiting) + len(r.scheduler.running) for r in live
+                    if r.up and r.scheduler.has_work()}
+            metric = pool_signal(signal, live, self._pending(pool))
+            d = decide(metric, len(live), idle, target, busy, sorted(r.idx for r in live if r.idx in self.draining))
+            for idx in d.remove:
+                self._release(eng.replicas[idx], env.now, fleet)
+            for idx in d.drain:  # the router (or the hand-off) skips it (not up); it finishes what it holds
+                eng.replicas[idx].up = False
+                self.draining.add(idx)
+            for idx in d.undrain:
+                eng.replicas[idx].up = True
+                self.draining.discard(idx)
+            for _ in range(d.add):
+                rep = eng._new_replica(len(eng.replicas), pool=pool)
+                rep.up = False
+                eng.replicas.append(rep)  # (the entry pool too when nothing is disaggregated: the same list)
+                if eng.disagg is not None:
+                    eng.disagg.add(rep)
+                eng.own.add(rep.idx)
+                fleet.provisioned[rep.idx] = env.now
+                env.process(self._cold_start(rep, a.cold_start_s))
+            if d.add or d.remove or d.drain or d.undrain or drained:
+                self.record_fleet(env.now)
+
+    def _pending(self, pool) -> list:
+        """Requests on their way to ``pool``: parked while no replica served (an entry pool), or
+        parked for a decode replica and with their KV in transfer to it (a decode pool)."""
+        if pool.role != "decode":
+            return list(self.parked)
+        heading = self.eng.disagg.heading
+        return list(self.parked_decode) + [self.eng.by_id[i] for i, to in heading.items() if to == pool.name]
+
+    def _release(self, rep, now: float, fleet=None) -> None:
         """The autoscaler lets ``rep`` go (it holds no request): no longer paid for."""
         rep.retired, rep.up = True, False
-        self.fleet.released[rep.idx] = now
+        (fleet or self.fleet).released[rep.idx] = now
         if rep.proc is not None and rep.proc.is_alive:
             rep.proc.interrupt("retired")
 

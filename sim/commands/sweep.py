@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -93,6 +94,16 @@ def register(sub) -> None:
     p.add_argument("--tp", type=int_list, default=[1, 2, 4, 8], metavar="TP,TP,...",
                    help="tensor-parallel degrees, comma-separated (default: 1,2,4,8)")
     p.add_argument("--schedulers", default="vllm_v1", help="schedulers, comma-separated; knobs as name+key=value")
+    p.add_argument("--layouts", default="agg", help=(
+        "agg (replicas that prefill and decode), disagg (xPyD prefill and decode pools, a GPU and TP each), "
+        "or agg,disagg"))
+    p.add_argument("--max-prefill", type=positive_int, default=8, help="disagg: most prefill replicas (the x of xPyD)")
+    p.add_argument("--max-decode", type=positive_int, default=8, help="disagg: most decode replicas (the y of xPyD)")
+    p.add_argument("--verify-top", type=positive_int, default=3, help=(
+        "disagg: layouts verified by simulation, the cheapest by their static bound first"))
+    p.add_argument("--time-budget", type=positive_float, default=None, metavar="SECONDS", help=(
+        "verify fewer disaggregated layouts when the search's estimate exceeds it, and none when the aggregated "
+        "search already took longer"))
     p.add_argument("--workload", default=None, help="YAML with a workload section (or a whole config)")
     p.add_argument("--trace", default=None, help="trace file replayed (rescaled to each probed rate)")
     add_set_arg(p, "config override")
@@ -200,7 +211,10 @@ def cmd_plan(args) -> int:
     res = plan(args.model, args.rate, gpus=[g.strip() for g in args.gpus.split(",") if g.strip()],
                tps=args.tp, schedulers=parse_schedulers(args.schedulers),
                settings=_settings(args), out=args.out, base=base, workers=args.workers, backend=args.backend,
-               address=args.address, progress=False if args.quiet else None)
+               address=args.address, progress=False if args.quiet else None,
+               layouts=tuple(x.strip() for x in args.layouts.split(",") if x.strip()), max_prefill=args.max_prefill,
+               max_decode=args.max_decode, verify_top=args.verify_top, time_budget_s=args.time_budget,
+               say=None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True)))
     print((Path(args.out) / "plan.md").read_text())
     if res.chosen is None:
         print("no fleet meets the SLOs at a known price")

@@ -57,6 +57,14 @@ def fleet_label(cfg) -> str:
     """``4 x 1 h100-sxm``, with the prefill/decode split of a disaggregated fleet (an expert group
     of ``dp`` attention ranks counts its tp x pp x dp GPUs as one replica)."""
     c, gpus = cfg.cluster, cfg.parallelism.tp * cfg.parallelism.pp * cfg.parallelism.dp
+    if c.pools:  # pools: each as ``name: 2 x 4 h100-sxm (tp=4, pp=1), decode``
+        parts = []
+        for p in c.pools:
+            par = p.parallelism or cfg.parallelism
+            dtype = f", {p.dtype}" if p.dtype and p.dtype != cfg.dtype else ""
+            parts.append(f"{p.name}: {p.replicas} x {par.tp * par.pp} {p.hardware} (tp={par.tp}, pp={par.pp}{dtype}), "
+                         f"{p.role}")
+        return "; ".join(parts)
     split = f" ({c.prefill_replicas} prefill + {c.replicas - c.prefill_replicas} decode)" if c.prefill_replicas else ""
     return f"{c.replicas} x {gpus} {cfg.hardware}{split}"
 
@@ -111,8 +119,8 @@ def print_summary(s: dict, cfg) -> None:
     r = s["requests"]
     par = cfg.parallelism
     groups = "".join(f", {k}={v}" for k, v in (("ep", par.ep), ("dp", par.dp)) if v > 1)
-    print(f"\n{model_label(cfg.model)} | {fleet_label(cfg)} "
-          f"(tp={par.tp}, pp={par.pp}{groups}) | scheduler {cfg.scheduler.name} | "
+    layout = "" if cfg.cluster.pools else f" (tp={par.tp}, pp={par.pp}{groups})"
+    print(f"\n{model_label(cfg.model)} | {fleet_label(cfg)}{layout} | scheduler {cfg.scheduler.name} | "
           f"cost model {cost_line(s)}")
     print(f"requests: {r['arrived']:,} arrived, {r['completed']:,} completed, {r['rejected']:,} rejected"
           f"{_by_reason(r.get('rejected_by_reason') or {})}, {r['preemptions']:,} preemptions"
@@ -129,6 +137,15 @@ def print_summary(s: dict, cfg) -> None:
         print(f"autoscale: {a['replicas_started']} replicas started, {a.get('replicas_drained', 0)} drained, "
               f"peak {a['peak_provisioned']} provisioned, "
               f"{a['gpu_hours']:.3f} GPU-hours while provisioned")
+    for name, p in (s.get("pools") or {}).items():  # one line per pool
+        usd = "-" if p["usd"] is None else f"${p['usd']:.2f}"
+        busy = "-" if p["busy_share"] is None else f"{100 * p['busy_share']:.0f}%"
+        scaled = ""
+        if p.get("autoscale"):
+            a = p["autoscale"]
+            scaled = f", autoscaled: {a['replicas_started']} started, {a['replicas_drained']} drained, peak {a['peak_provisioned']}"
+        print(f"pool {name} ({p['role']}): {p['requests_served']:,} requests served, busy {busy}, "
+              f"{p['gpu_hours']:.3f} GPU-hours, {usd}{scaled}")
     sp = s.get("speculative")
     if sp:
         rate = "-" if sp["acceptance_rate"] is None else f"{100 * sp['acceptance_rate']:.0f}%"

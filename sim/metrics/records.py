@@ -115,7 +115,14 @@ def steps_frame(out) -> pd.DataFrame:
     for name in ("batch_size", "num_tokens", "prefill_tokens", "decode_tokens", "preempted", "kv_blocks_used", "waiting"):
         a = getattr(s, name)
         cols[name] = np.frombuffer(a, np.int32) if len(a) else np.zeros(0, np.int32)
-    cols["kv_usage"] = cols["kv_blocks_used"] / max(1, out.kv_blocks_per_replica)
+    pools = getattr(out, "pools", None)
+    if pools:  # each replica's own pool size
+        blocks = np.ones(max([i for p in pools.values() for i in p["replicas"]], default=0) + 1)
+        for p in pools.values():
+            blocks[p["replicas"]] = max(1, p["kv_blocks_per_replica"])
+        cols["kv_usage"] = cols["kv_blocks_used"] / blocks[cols["replica"]]
+    else:
+        cols["kv_usage"] = cols["kv_blocks_used"] / max(1, out.kv_blocks_per_replica)
     for c in COMPONENTS:
         a = s.components[c]
         cols[f"t_{c}_s"] = np.frombuffer(a, float) if len(a) else np.zeros(0)

@@ -165,6 +165,9 @@ class StepLog:
     ``track_busy`` (what the share of extrapolated time needs: a cost model that can leave its
     measured grid), else 0."""
     track_busy: bool = True
+    by_replica: dict | None = None
+    """Busy nanoseconds per replica (as ``busy_ns``, which it needs), when a dict is given
+    (pools: each pool's busy share)."""
     _sources: Counter = field(default_factory=Counter, init=False, repr=False)
     # the steps counted since ``sources`` was last read: a Counter's item assignment dispatches
     # through Python (it defines __delitem__), about three times a plain dict's
@@ -182,7 +185,10 @@ class StepLog:
             kv_used: int, waiting: int) -> None:
         self.count += 1
         if self.track_busy:
-            self.busy_ns += int(st.total * 1e9 + 0.5)
+            ns = int(st.total * 1e9 + 0.5)
+            self.busy_ns += ns
+            if self.by_replica is not None:
+                self.by_replica[replica] = self.by_replica.get(replica, 0) + ns
         if kv_used > self.peak_kv_blocks:
             self.peak_kv_blocks = kv_used
         self._recent[st.source] += 1
@@ -213,6 +219,9 @@ class StepLog:
         rows are kept only if this log keeps them)."""
         self.count += other.count
         self.busy_ns += other.busy_ns
+        if self.by_replica is not None and other.by_replica:
+            for i, ns in other.by_replica.items():
+                self.by_replica[i] = self.by_replica.get(i, 0) + ns
         self.peak_kv_blocks = max(self.peak_kv_blocks, other.peak_kv_blocks)
         self.sources.update(other.sources)
         if self.keep_rows:
@@ -229,7 +238,10 @@ class StepLog:
         k = run.steps
         self.count += k
         if self.track_busy:
-            self.busy_ns += run_busy_ns(run)
+            ns = run_busy_ns(run)
+            self.busy_ns += ns
+            if self.by_replica is not None:
+                self.by_replica[replica] = self.by_replica.get(replica, 0) + ns
         if used_end > self.peak_kv_blocks or run.most_used() > self.peak_kv_blocks:  # (else no step can raise it)
             peak = run.peak_used(used_end)
             if peak > self.peak_kv_blocks:

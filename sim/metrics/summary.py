@@ -304,6 +304,16 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
     # a fixed fleet is paid for over the makespan; an autoscaled one while each replica is provisioned
     gpu_hours = out.num_gpus * makespan / 3600.0 if fleet is None else fleet.gpu_hours(out.simulated_s)
     usd = None if price is None else gpu_hours * price
+    pools = getattr(out, "pools", None)
+    # the first pool's config: what the memory, cost-model and error-band figures describe (with
+    # pools, ``pools`` gives every pool's own figures)
+    first = next(iter(pools.values()))["spec"].cfg if pools else cfg
+    if pools:  # each pool its own GPUs and price, summed
+        pools = pools_block(out, src, makespan)
+        gpu_hours = sum(p["gpu_hours"] for p in pools.values())
+        usd = None if any(p["usd"] is None for p in pools.values()) else sum(p["usd"] for p in pools.values())
+        price = usd / gpu_hours if usd is not None and gpu_hours else None
+        price_src = "per pool (pools.<name>.price_source); usd_per_gpu_hour here is the fleet's average"
     log = out.steps  # running totals: present with or without per-step rows
     sources = dict(log.sources)
     extra = {}
@@ -315,6 +325,8 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
         extra["autoscale"] = autoscale_block(fleet, out.simulated_s, price)
     if cfg.frontend.active:
         extra["frontend"] = frontend_block(cfg.frontend, src)
+    if pools:
+        extra["pools"] = pools
     return {
         "requests": {
             "arrived": arrived,
@@ -347,13 +359,13 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
             "usd": usd,
             "usd_per_million_output_tokens": (usd / out_tok * 1e6) if (usd is not None and out_tok) else None,
         },
-        "kv": {**out.memory, "peak_blocks_used": int(log.peak_kv_blocks), "gpu_memory_source": memory_source(cfg)},
+        "kv": {**out.memory, "peak_blocks_used": int(log.peak_kv_blocks), "gpu_memory_source": memory_source(first)},
         "precision": {"weights": cfg.dtype, "activations": cfg.act_dtype, "kv_cache": cfg.kv_dtype,
                       "communication": cfg.comm_dtype},
         "prefix_cache": prefix_cache(cfg, tally),
         "workload": out.workload_info,
         "cost_model": cost_block,
-        "error_band": error_band(getattr(out, "cost_info", None), out.cost_source, cfg.hardware, cfg.dtype, in_flight,
+        "error_band": error_band(getattr(out, "cost_info", None), out.cost_source, first.hardware, first.dtype, in_flight,
                                  ttft, tpot),
         "verdict": verdict,
         "warnings": list(getattr(out, "warnings", [])) + extrap_warnings
@@ -383,6 +395,43 @@ def frontend_block(fe, src) -> dict:
     return {"api_overhead_s": fe.api_overhead_s, "tokenize_s_per_token": fe.tokenize_s_per_token,
             "detokenize_s_per_token": fe.detokenize_s_per_token,
             "wait_s": dist(engine - arrival), "engine_ttft_s": dist(first - engine)}
+
+
+def pools_block(out, src, makespan: float) -> dict:
+    """summary.json's ``pools`` block (``cluster.pools``): per pool its layout, replicas and GPUs,
+    busy share (step time over the replica-time paid for), requests served (a prefill pool: the
+    requests it prefilled, handed off or finished there; the others: the requests that finished
+    on it), GPU-hours and dollars (a fixed pool paid over the makespan, an autoscaled one while
+    each replica is provisioned)."""
+    from sim.cluster.pools import price_of_pool
+
+    cfg = out.config
+    owner = {}
+    for name, p in out.pools.items():
+        owner.update((i, name) for i in p["replicas"])
+    finished = dict.fromkeys(out.pools, 0)
+    for batch in src.batches(["replica", "status"]):
+        done = batch["replica"][batch["status"] == "finished"].value_counts()
+        for i, n in done.items():
+            finished[owner[int(i)]] += int(n)
+    block = {}
+    for name, p in out.pools.items():
+        spec, fleet = p["spec"], p["fleet"]
+        gpus = spec.replicas * spec.gpus_per_replica * cfg.parallelism.dp
+        hours = gpus * makespan / 3600.0 if fleet is None else fleet.gpu_hours(out.simulated_s)
+        replica_s = hours * 3600.0 / (spec.gpus_per_replica * cfg.parallelism.dp)
+        price, src_line = price_of_pool(cfg, spec)
+        b = {"role": spec.role, "hardware": spec.hardware, "dtype": spec.dtype, "tp": spec.tp, "pp": spec.pp,
+             "replicas": spec.replicas, "gpus": gpus, "kv_blocks_per_replica": p["kv_blocks_per_replica"],
+             "busy_share": p["busy_ns"] / 1e9 / replica_s if replica_s > 0 else None,
+             "requests_served": finished[name] + p["handed_off"],
+             **({"requests_handed_off": p["handed_off"]} if spec.role == "prefill" else {}),
+             "gpu_hours": hours, "usd_per_gpu_hour": price, "price_source": src_line,
+             "usd": None if price is None else hours * price}
+        if fleet is not None:
+            b["autoscale"] = autoscale_block(fleet, out.simulated_s, price)
+        block[name] = b
+    return block
 
 
 def autoscale_block(fleet, end_s: float, price: float | None) -> dict:

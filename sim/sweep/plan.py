@@ -134,19 +134,40 @@ class PlanResult:
 def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers: list[tuple[str, tuple]],
          settings: SearchSettings, out: str | Path, base: dict | None = None, workers: int = 1,
          backend: str = "local", address: str | None = None, max_extra_replicas: int = 3,
-         progress: bool | None = None) -> PlanResult:
-    """Search the candidates and write plan.parquet, plan.md, plan.json, config.yaml, figures."""
+         progress: bool | None = None, layouts: tuple = ("agg",), max_prefill: int = 8, max_decode: int = 8,
+         verify_top: int = 3, time_budget_s: float | None = None, say=None) -> PlanResult:
+    """Search the candidates and write plan.parquet, plan.md, plan.json, config.yaml, figures.
+    ``layouts``: ``agg`` (replicas that do both), ``disagg`` (xPyD prefill and decode pools, a GPU
+    and TP each: ``sim/sweep/fleets.py``), or both. ``say``: where the time estimate is printed
+    before the search starts (a function of one line; None: nowhere)."""
     t0 = time.perf_counter()
     out = Path(out)
     base = plan_base(model, base, settings)
     check_choices(base, gpus, tps, schedulers)
-    cands = [Candidate(g, tp, name, knobs) for g in gpus for tp in tps for name, knobs in schedulers]
+    bad = [x for x in layouts if x not in ("agg", "disagg")] or ([] if layouts else ["(none)"])
+    if bad:
+        raise ConfigError(f"--layouts: {', '.join(bad)} not one of agg, disagg")
+    if "disagg" in layouts and (base.get("workload") or {}).get("closed_loop"):
+        raise ConfigError("--layouts disagg: plan sizes disaggregated fleets for open-loop arrivals")
+    cands = [Candidate(g, tp, name, knobs) for g in gpus for tp in tps for name, knobs in schedulers] \
+        if "agg" in layouts else []
     live, skipped = screen(cands, base)
+    units = disagg_units(base, gpus, tps, schedulers) if "disagg" in layouts else []
+    estimate = search_estimate(base, live, units, rate, settings, verify_top, workers, time_budget_s)
+    verify_top = estimate["verify_top"]
+    if say is not None:
+        say(estimate["line"])
     out.mkdir(parents=True, exist_ok=True)
     run = _Runs(RunStore(out), backend, workers, address, progress)
     caps = search_capacities(live, base, settings, run)
     ver = verify_fleets(live, caps, base, rate, settings, run, max_extra_replicas)
     rows = [candidate_row(c, base, rate, settings, skipped.get(c), caps.get(c), ver.get(c)) for c in cands]
+    static = None
+    if units:
+        over = time_budget_s is not None and time.perf_counter() - t0 > time_budget_s
+        drows, static = plan_disagg(base, units, rate, settings, schedulers[0], run, 0 if over else verify_top,
+                                    max_prefill, max_decode, 2 * max_extra_replicas, out)
+        rows += drows
     table, fleets, run_keys = rank(rows)
     chosen = write_chosen(table, fleets, out)
     table.to_parquet(out / "plan.parquet", index=False)
@@ -158,10 +179,13 @@ def plan(model: str, rate: float, *, gpus: list[str], tps: list[int], schedulers
         "wall_s": time.perf_counter() - t0, "chosen": _jsonable(chosen),
         "chosen_keys": list(run_keys.iloc[0]) if chosen is not None else [], "backend": backend, "workers": workers,
         "capacity": {c.label: caps[c].as_dict()["rps"] for c in live},
+        "layouts": list(layouts), "estimate": estimate, "disaggregated": static,
     }
     (out / "plan.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
     (out / "plan.md").write_text(plan_markdown(table, meta))
     files = plot_pareto(table, out / "figures", title=f"{model} at {rate:g} req/s")
+    if static is not None:
+        files.append(str(out / "layouts.parquet"))
     return PlanResult(table, chosen, meta, out, files)
 
 
@@ -260,7 +284,7 @@ def candidate_row(c: Candidate, base: dict, rate: float, settings: SearchSetting
                   cap: Capacity | None, v: dict | None) -> dict:
     """One row of the plan table: price, capacity, verified fleet, cost and status."""
     price, source = _gpu_price(base, c.hardware) if skipped else price_of(load_config(c.apply(base)))
-    row = {"candidate": c.label, "hardware": c.hardware, "tp": c.tp, "scheduler": c.scheduler,
+    row = {"candidate": c.label, "layout": "agg", "hardware": c.hardware, "tp": c.tp, "scheduler": c.scheduler,
            "knobs": ",".join(f"{a}={b}" for a, b in c.knobs), "usd_per_gpu_hour": price, "price_source": source}
     if skipped:
         return {**row, "status": "does not fit", "note": skipped}
@@ -364,11 +388,15 @@ def plan_markdown(table: pd.DataFrame, meta: dict) -> str:
     for g, p in meta["prices"].items():
         lines.append(f"- {g}: {_fmt(p['usd_per_gpu_hour'])} ({p['source']})")
     ch = meta.get("chosen")
-    lines += ["", (f"**Cheapest fleet**: {int(ch['replicas'])} x {ch['candidate']} = {int(ch['gpus'])} GPUs, "
-                   f"${ch['usd_per_hour']:.2f}/hour, headroom {100 * ch['headroom']:.0f}%"
-                   if ch else "**No fleet meets the SLOs at a known price.**"), "",
+    lines += ["", (chosen_line(ch) if ch else "**No fleet meets the SLOs at a known price.**"), "",
               "| " + " | ".join(PLAN_HEADER) + " |", "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in plan_rows(table)]
+    d = meta.get("disaggregated")
+    if d:
+        lines += ["", f"Disaggregated layouts: {d['layouts']} (prefill, decode) pairs of {len(d['bounds'])} (GPU, TP) units, "
+                  f"{d['in_range']} within the xPyD range; the {d['verified']} cheapest by their static bound verified by "
+                  f"simulation (all pairs with their bounds: layouts.parquet). Mean prompt {d['prompt_mean']:.0f}, mean "
+                  f"output {d['output_mean']:.0f} tokens."]
     lines += ["", f"{meta['candidates']} candidates, {meta['skipped']} skipped; runs: {meta['runs']['reused']} reused, "
               f"{meta['runs']['run']} run, {meta['runs']['failed']} failed; {meta['wall_s']:.1f} s.", ""]
     return "\n".join(lines)
@@ -386,32 +414,169 @@ def pareto_front(cost, latency) -> list[int]:
 
 
 def plot_pareto(table: pd.DataFrame, out: Path, title: str = "") -> list[str]:
-    """Cost ($/hour) against p99 TTFT and p99 TPOT of every verified, priced fleet; the front joined."""
+    """Cost per million output tokens (or $/hour when a fleet's token count is unknown) against
+    p99 TTFT and p99 TPOT of every verified, priced fleet, aggregated and disaggregated fleets
+    marked apart; the front joined."""
     from sim.metrics.plots import _plt, save
 
     plt = _plt()
     ok = table[(table["status"] == "ok")] if "status" in table else table.iloc[0:0]
+    per_m = "usd_per_million_output_tokens"
+    xcol = per_m if per_m in ok and len(ok) and ok[per_m].notna().all() else "usd_per_hour"
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, col, name in ((axes[0], "ttft_p99_s", "p99 TTFT (ms)"), (axes[1], "tpot_p99_s", "p99 TPOT (ms)")):
         if len(ok) and col in ok:
-            x = ok["usd_per_hour"].to_numpy(float)
+            x = ok[xcol].to_numpy(float)
             y = ok[col].to_numpy(float) * 1e3
-            for hw, g in ok.groupby("hardware"):
-                ax.scatter(g["usd_per_hour"], g[col] * 1e3, s=28, label=hw, alpha=0.8)
+            lay = ok["layout"] if "layout" in ok else pd.Series(["agg"] * len(ok), index=ok.index)
+            for (kind, hw), g in ok.groupby([lay, ok["hardware"]]):
+                ax.scatter(g[xcol], g[col] * 1e3, s=30, alpha=0.8, marker="o" if kind == "agg" else "^",
+                           label=f"{'aggregated' if kind == 'agg' else 'disaggregated'}: {hw}")
             front = pareto_front(list(x), list(y))
             ax.plot(x[front], y[front], color="black", lw=1, ls="--", label="Pareto front")
             for i in front:
                 r = ok.iloc[i]
-                ax.annotate(f"{int(r['replicas'])}x {r['hardware']} tp{int(r['tp'])} {r['scheduler']}", (x[i], y[i]),
-                            fontsize=7, xytext=(4, 4), textcoords="offset points")
+                tag = r["candidate"] if lay.iloc[i] != "agg" else \
+                    f"{int(r['replicas'])}x {r['hardware']} tp{int(r['tp'])} {r['scheduler']}"
+                ax.annotate(tag, (x[i], y[i]), fontsize=7, xytext=(4, 4), textcoords="offset points")
             ax.legend(fontsize=7)
         else:
             ax.text(0.5, 0.5, "no verified fleet with a known price", ha="center", va="center", transform=ax.transAxes)
-        ax.set_xlabel("fleet cost ($/hour)")
+        ax.set_xlabel("$ per million output tokens" if xcol == per_m else "fleet cost ($/hour)")
         ax.set_ylabel(name)
     unknown = int((table["status"] == "cost unknown").sum()) if "status" in table else 0
     note = f" ({unknown} fleets with unknown price not shown)" if unknown else ""
-    fig.suptitle(f"Cost against latency: {title}{note}", fontsize=10)
+    fig.suptitle(f"Cost against latency: {title}{note}; circles aggregated, triangles disaggregated (xPyD)",
+                 fontsize=10)
     files = save(fig, out, "pareto")
     plt.close(fig)
     return files
+
+
+def chosen_line(ch: dict) -> str:
+    """plan.md's line naming the chosen fleet."""
+    if ch.get("layout") == "disagg":
+        return f"**Cheapest fleet**: {ch['candidate']} = {int(ch['gpus'])} GPUs, ${ch['usd_per_hour']:.2f}/hour (disaggregated)"
+    return (f"**Cheapest fleet**: {int(ch['replicas'])} x {ch['candidate']} = {int(ch['gpus'])} GPUs, "
+            f"${ch['usd_per_hour']:.2f}/hour, headroom {100 * ch['headroom']:.0f}%")
+
+
+# ------------------------------------------------------------------------- disaggregated fleets
+
+
+def disagg_units(base: dict, gpus: list[str], tps: list[int], schedulers) -> list:
+    """The (GPU, TP) units the model fits, for prefill and decode pools (``sim/sweep/fleets.py``)."""
+    from sim.sweep.fleets import Unit
+
+    name, knobs = schedulers[0]
+    units = []
+    for g in gpus:
+        for tp in tps:
+            c = Candidate(g, tp, name, knobs)
+            try:
+                why = fits(c.apply(base))
+            except ServesimError as e:
+                why = str(e)
+            if not why:
+                units.append(Unit(g, tp))
+    return units
+
+
+def search_estimate(base: dict, live: list, units: list, rate: float, s: SearchSettings, verify_top: int,
+                    workers: int, budget: float | None) -> dict:
+    """How long the search will take, said before it starts: the runs it needs (capacity probes
+    as ``probe_estimate`` counts them, one fleet check per seed, each disaggregated layout's
+    checks counted twice for growth) times the seconds of one run timed now (one replica of the
+    first candidate at the target rate, sized like a probe), over the workers. With a time budget below the
+    estimate, fewer disaggregated layouts are verified (at least one)."""
+    from sim.sweep.capacity import probe_estimate
+
+    per = _time_one_run(base, live, units, rate, s)
+    seeds = len(s.seeds)
+    agg = probe_estimate(s, len(live) * seeds) + len(live) * seeds
+    dis = lambda k: 2 * (k + 2) * seeds if units else 0  # noqa: E731  (+ the cheapest of each kind)
+    secs = lambda k: (agg + dis(k)) * per / max(1, workers)  # noqa: E731
+    top, note = verify_top, ""
+    while budget is not None and top > 1 and secs(top) > budget:
+        top -= 1
+    if top < verify_top:
+        note = f"; the time budget ({budget:g} s) verifies {top} disaggregated layout(s) instead of {verify_top}"
+    runs = agg + dis(top)
+    line = (f"plan: {len(live)} aggregated candidate(s), {len(units)} (GPU, TP) unit(s) for disaggregated pools; "
+            f"about {runs} runs; one run took {per:.2f} s here, so about {secs(top):.0f} s on {max(1, workers)} "
+            f"worker(s){note}")
+    return {"runs": runs, "seconds_per_run": per, "seconds": secs(top), "verify_top": top, "line": line}
+
+
+def _time_one_run(base: dict, live: list, units: list, rate: float, s: SearchSettings) -> float:
+    from sim.api import simulate
+    from sim.sweep.capacity import sized
+
+    if live:
+        cfg = live[0].apply(base)
+    elif units:
+        cfg = set_key(set_key(base, "hardware", units[0].hardware), "parallelism.tp", units[0].tp)
+    else:
+        return 0.0
+    cfg = set_key(set_key(sized(cfg, rate, s), "output.plots", False), "output.progress", False)
+    t = time.perf_counter()
+    try:
+        simulate(cfg, progress=False)
+    except ServesimError:
+        pass
+    return time.perf_counter() - t
+
+
+def plan_disagg(base: dict, units: list, rate: float, s: SearchSettings, scheduler, run: "_Runs", verify_top: int,
+                max_prefill: int, max_decode: int, max_extra: int, out: Path) -> tuple[list[dict], dict]:
+    """The disaggregated layouts: static bounds for every pair (``layouts.parquet``), the
+    ``verify_top`` cheapest verified by simulation; their rows for the plan table."""
+    from sim.sweep.fleets import fleet_config, layouts, verify_layout
+
+    name, knobs = scheduler
+    sbase = set_key(base, "scheduler", {"name": name, **dict(knobs)})
+    price = lambda g: _gpu_price(sbase, g)[0]  # noqa: E731
+    lrows, static = layouts(sbase, units, rate, s, name, max_prefill, max_decode, price)
+    pd.DataFrame([{"layout": r["layout"].label, "prefill": r["layout"].pre.label, "decode": r["layout"].dec.label,
+                   "prefill_replicas": r["layout"].x, "decode_replicas": r["layout"].y,
+                   "estimate_usd_per_hour": r["estimate_usd_per_hour"], "prefill_bound_rps": r["prefill_bound_rps"],
+                   "decode_bound_rps": r["decode_bound_rps"], "decode_limit": r["decode_limit"],
+                   "note": r["why"] or ""} for r in lrows]).to_parquet(out / "layouts.parquet", index=False)
+    ready = [r for r in lrows if r["why"] is None and r["estimate_usd_per_hour"] is not None]
+    todo = ready[:verify_top]
+    if verify_top:  # and the cheapest of each kind (one GPU type, mixed GPUs) when the top ones are all of one
+        for mixed in (False, True):
+            kind = [r for r in ready if (r["layout"].pre.hardware != r["layout"].dec.hardware) == mixed]
+            if kind and not any(r is kind[0] for r in todo):
+                todo.append(kind[0])
+    checks = {r["layout"]: verify_layout(sbase, r["layout"], rate, s, max_extra) for r in todo}
+    ver = run.driver("disaggregated fleet checks", 2 * len(checks) * len(s.seeds)).run(checks) if checks else {}
+    rows = []
+    for r in todo:
+        lay, v = r["layout"], ver[r["layout"]]
+        x, y = v["x"], v["y"]
+        pa, sa = _gpu_price(sbase, lay.pre.hardware)
+        pb, sb = _gpu_price(sbase, lay.dec.hardware)
+        gpus = x * lay.pre.tp + y * lay.dec.tp
+        label = f"{x}P {lay.pre.label} + {y}D {lay.dec.label} {name}"
+        row = {"candidate": label, "layout": "disagg", "hardware": f"{lay.pre.hardware}+{lay.dec.hardware}",
+               "scheduler": name, "knobs": ",".join(f"{a}={b}" for a, b in knobs), "replicas": x + y, "gpus": gpus,
+               "prefill_replicas": x, "prefill_hardware": lay.pre.hardware, "prefill_tp": lay.pre.tp,
+               "decode_replicas": y, "decode_hardware": lay.dec.hardware, "decode_tp": lay.dec.tp,
+               "estimate_usd_per_hour": r["estimate_usd_per_hour"], "verified": v["verified"],
+               "price_source": sa if lay.pre.hardware == lay.dec.hardware else f"prefill: {sa}; decode: {sb}"}
+        row.update(_fleet_metrics(v))
+        row["profiled"] = row.get("cost_model") in ("profiled", "kerneldb")
+        if pa is not None and pb is not None:
+            row["usd_per_hour"] = x * lay.pre.tp * pa + y * lay.dec.tp * pb
+            row["usd_per_gpu_hour"] = row["usd_per_hour"] / gpus
+            if row.get("mean_output_tokens"):
+                row["usd_per_million_output_tokens"] = row["usd_per_hour"] / (rate * row["mean_output_tokens"] * 3600) * 1e6
+        status, note = ("ok", "") if v["verified"] else ("fleet misses SLOs", f"{x}P{y}D: {v['why']}")
+        if row.get("cost_model") and not row["profiled"]:
+            note = (note + "; " if note else "") + f"unprofiled hardware ({row['cost_model']} cost model)"
+        rows.append({**row, "status": status, "note": note,
+                     "_fleet": fleet_config(sbase, lay, x, y, rate, s, s.seeds[0]), "_keys": [q["key"] for q in v["runs"]]})
+    static = {**static, "layouts": len(lrows), "verified": len(todo),
+              "in_range": sum(r["why"] is None for r in lrows)}
+    return rows, static

@@ -1,0 +1,143 @@
+"""Pools: the fleet as deployed (``cluster.pools``). A pool is a set of identical replicas, each
+with the pool's GPU, weight dtype and parallelism, hence its own cost model and KV capacity; its
+role says what its replicas do (``both``: serve arrivals to the end; ``prefill``: serve arrivals
+up to their first token and hand the KV cache to a decode pool; ``decode``: receive them) and its
+price what a GPU-hour of it costs.
+
+``cluster.replicas`` / ``cluster.prefill_replicas`` are the shorthand for one pool (``default``,
+role both) or two (``prefill`` then ``decode``) of the top-level GPU: ``fleet`` resolves both
+forms to the same list, and the shorthand's pools share the top-level config itself, so a run
+written either way gives the same results.
+
+Replicas are numbered pool by pool in list order (a fault's ``replica`` counts across pools);
+replicas an autoscaler adds later take the next free numbers.
+
+The KV transfer from a prefill to a decode replica (``transfer_bytes_per_s``) runs at the slower
+end's link: each end moves the request's KV over its ``kv_link_gbps`` (default: the card's host
+link per direction times the replica's GPUs, every GPU sending or receiving its shard in
+parallel), and ``cluster.kv_transfer_gbps`` overrides both ends. Whether two replicas share an
+NVLink domain is not knowable from the config, so none is assumed: set ``kv_transfer_gbps`` for
+a transfer within a node. A change of layout (the two ends' TPs differ) is priced as free: the
+bytes moved are the request's KV either way (each KV head is sent once, to the decode rank that
+holds it), and the re-sharding is only which rank sends which heads (docs/design-decisions.md,
+"Pools").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.errors import CapacityError
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One resolved pool: what the engine builds its replicas from."""
+
+    name: str
+    role: str  # both | prefill | decode
+    hardware: str
+    dtype: str
+    tp: int
+    pp: int
+    replicas: int
+    cfg: object  # the Config its replicas are built from (the top-level one with this pool's GPU, dtype, parallelism)
+    price: float | None = None  # $/GPU-hour given for this pool (None: the cost section's, else the card's)
+    kv_link_gbps: float | None = None
+    autoscale: object = None  # PoolAutoscale, or None
+    index: int = 0  # position in cluster.pools (error messages)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def key(self) -> tuple:
+        """Pools with the same key share one cost model and one memory plan."""
+        return (self.hardware, self.dtype, self.tp, self.pp)
+
+    @property
+    def serves_arrivals(self) -> bool:
+        return self.role != "decode"
+
+
+def fleet(cfg) -> list[PoolSpec]:
+    """The pools of ``cfg``: ``cluster.pools`` resolved against the top-level defaults, or the
+    shorthand's one or two pools."""
+    c = cfg.cluster
+    par = cfg.parallelism
+    if not c.pools:
+        if c.prefill_replicas:
+            return [PoolSpec("prefill", "prefill", cfg.hardware, cfg.dtype, par.tp, par.pp, c.prefill_replicas, cfg),
+                    PoolSpec("decode", "decode", cfg.hardware, cfg.dtype, par.tp, par.pp,
+                             c.replicas - c.prefill_replicas, cfg, index=1)]
+        return [PoolSpec("default", "both", cfg.hardware, cfg.dtype, par.tp, par.pp, c.replicas, cfg)]
+    from sim.config import Parallelism
+
+    out = []
+    for i, p in enumerate(c.pools):
+        pp_ = p.parallelism or par
+        dtype = p.dtype or cfg.dtype
+        pcfg = cfg.model_copy(update={"hardware": p.hardware, "dtype": dtype,
+                                      "parallelism": Parallelism(tp=pp_.tp, pp=pp_.pp, ep=par.ep, dp=par.dp)})
+        out.append(PoolSpec(p.name, p.role, p.hardware, dtype, pp_.tp, pp_.pp, p.replicas, pcfg, p.price,
+                            p.kv_link_gbps, p.autoscale if p.autoscale is not None and p.autoscale.enabled else None,
+                            i))
+    return out
+
+
+def pool_parts(pools: list[PoolSpec], model, explicit: bool) -> dict:
+    """{pool key: (hardware card, memory plan, cost model)}: one per distinct (GPU, dtype, TP,
+    PP). A pool whose model does not fit its GPU is a CapacityError naming the pool (``explicit``:
+    the user wrote ``cluster.pools``; the shorthand's error names the top-level keys as before)."""
+    from sim.catalog import get_hardware
+    from sim.cost import make_cost_model
+    from sim.cost.memory import memory_for_config
+
+    parts: dict = {}
+    for p in pools:
+        if p.key in parts:
+            continue
+        hw = get_hardware(p.hardware)
+        try:
+            mem = memory_for_config(p.cfg, model, hw)
+        except CapacityError as e:
+            if not explicit:
+                raise
+            raise CapacityError(f"cluster.pools[{p.index}].hardware ({p.name}): {e}") from None
+        parts[p.key] = (hw, mem, make_cost_model(p.cfg, model, hw))
+    return parts
+
+
+def link_bytes_per_s(cfg, pool: PoolSpec, hw) -> float:
+    """Bytes/s one replica of ``pool`` sends or receives KV at."""
+    if cfg.cluster.kv_transfer_gbps:
+        return cfg.cluster.kv_transfer_gbps * 1e9
+    if pool.kv_link_gbps:
+        return pool.kv_link_gbps * 1e9
+    return hw.host_bw * pool.gpus_per_replica
+
+
+def price_of_pool(cfg, pool: PoolSpec) -> tuple[float | None, str]:
+    """$/GPU-hour of ``pool`` and where it comes from: the pool's ``price``, else
+    ``cost.usd_per_gpu_hour``, else its card's dated price."""
+    if pool.price is not None:
+        return pool.price, f"cluster.pools[{pool.index}].price (set by the user)"
+    from sim.metrics.summary import price_of
+
+    return price_of(pool.cfg)
+
+
+def pools_output(eng) -> dict:
+    """Per pool, what the summary's ``pools`` block needs from a finished engine: its spec, its
+    replicas (those an autoscaler added too), the requests it handed off (prefill pools), its
+    busy nanoseconds and its provisioning record (autoscaled pools)."""
+    busy = eng.steps.by_replica or {}
+    fleets = eng.dynamics.pool_fleets
+    handed = eng.disagg.handed_off if eng.disagg is not None else {}
+    out = {}
+    for p in eng.pools:
+        idx = [i for i, q in enumerate(eng.pool_of) if q is p]
+        out[p.name] = {"spec": p, "replicas": idx, "handed_off": handed.get(p.name, 0),
+                       "busy_ns": sum(busy.get(i, 0) for i in idx), "fleet": fleets.get(p.name),
+                       "kv_blocks_per_replica": eng.parts[p.key][1].num_gpu_blocks}
+    return out
