@@ -145,7 +145,8 @@ def print_summary(s: dict, cfg) -> None:
             a = p["autoscale"]
             scaled = f", autoscaled: {a['replicas_started']} started, {a['replicas_drained']} drained, peak {a['peak_provisioned']}"
         print(f"pool {name} ({p['role']}): {p['requests_served']:,} requests served, busy {busy}, "
-              f"{p['gpu_hours']:.3f} GPU-hours, {usd}{scaled}")
+              f"{p['gpu_hours']:.3f} GPU-hours, {usd}, KV cache {p['kv_blocks_per_replica']:,} blocks per "
+              f"replica{scaled}")
     sp = s.get("speculative")
     if sp:
         rate = "-" if sp["acceptance_rate"] is None else f"{100 * sp['acceptance_rate']:.0f}%"
@@ -177,7 +178,7 @@ def print_summary(s: dict, cfg) -> None:
         print(f"cost: {c['gpu_hours']:.3f} GPU-hours; price unknown ({c['price_source']})")
     else:
         per_m = c["usd_per_million_output_tokens"]
-        print(f"cost: {c['gpu_hours']:.3f} GPU-hours x ${c['usd_per_gpu_hour']}/h = ${c['usd']:.2f}; "
+        print(f"cost: {c['gpu_hours']:.3f} GPU-hours x ${c['usd_per_gpu_hour']:.2f}/h = ${c['usd']:.2f}; "
               + (f"${per_m:.2f} per million output tokens" if per_m is not None else "no output tokens"))
     pc = s.get("prefix_cache") or {}
     if pc.get("enabled"):
@@ -186,8 +187,9 @@ def print_summary(s: dict, cfg) -> None:
     pr, kv = s.get("precision"), s.get("kv") or {}
     if pr:
         print(f"precision: weights {pr['weights']}, activations {pr['activations']}, KV cache {pr['kv_cache']}, "
-              f"all-reduce {pr['communication']} | KV cache {kv.get('num_gpu_blocks', 0):,} blocks per GPU "
-              f"from {kv.get('gpu_gib', 0):g} GiB")
+              + (f"all-reduce {pr['communication']}" if s.get("pools") else  # (each pool's KV cache: its line above)
+                 f"all-reduce {pr['communication']} | KV cache {kv.get('num_gpu_blocks', 0):,} blocks per GPU "
+                 f"from {kv.get('gpu_gib', 0):g} GiB"))
     for line in band_lines(s.get("error_band"), s, duration):
         print(line)
     line = verdict_line(s.get("verdict"))
