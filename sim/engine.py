@@ -30,6 +30,7 @@ from sim.cost.memory import memory_for_config
 from sim.fastforward import decode_run, steady_decode
 from sim.flow import Flow, enters
 from sim.kv import KVManager, make_kv_manager
+from sim.kv.tiers import tier_block, tiered_cache
 from sim.metrics.requestlog import RequestLog
 from sim.metrics.steplog import ItlLog, ItlSketch, StepLog
 from sim.request import Request
@@ -63,6 +64,7 @@ class SimOutput:
     """What priced the run, when the cost model describes itself (the kernel database does)."""
     faults: dict | None = None  # summary.json's ``faults`` block (None without faults)
     speculative: dict | None = None  # summary.json's ``speculative`` block (None without speculation)
+    kv_tiers: dict | None = None  # a tiered KV cache's sizes and counts (None without one: ``sim.kv.tiers``)
     fleet: FleetLog | None = None  # provisioning record (autoscaling only)
     warnings: list = field(default_factory=list)
     """One line per thing the user should know about this run (``ServesimWarning``)."""
@@ -159,6 +161,7 @@ class Engine:
         self.model = get_model(cfg.model)
         self.hw = get_hardware(cfg.hardware)
         self.mem = memory_for_config(cfg, self.model, self.hw)
+        self.tiers = tiered_cache(cfg, self.mem.block_bytes)  # a tiered KV cache's run-wide counts (None: off)
         self.cost = make_cost_model(cfg, self.model, self.hw)
         self.sched_cls, self.knobs = REGISTRY[cfg.scheduler.name], cfg.scheduler.knobs()
         self.warnings: list[str] = prefix_caching_warnings(cfg)
@@ -226,7 +229,7 @@ class Engine:
     def _new_replica(self, i: int, lives: int = 0) -> Replica:
         """Replica ``i`` with an empty KV pool and a fresh scheduler (its ``lives``-th start)."""
         cfg = self.cfg
-        kv = make_kv_manager(cfg.kv, self.mem.num_gpu_blocks, self.mem.block_bytes)
+        kv = make_kv_manager(cfg.kv, self.mem.num_gpu_blocks, self.mem.block_bytes, self.tiers)
         seed = [cfg.seed, 1, i] + ([lives] if lives else [])  # the policy's own stream (predictors)
         sched = self.sched_cls(self.knobs, kv, rng=np.random.default_rng(seed), max_context=self.model.max_context)
         if cfg.speculative.enabled:
@@ -337,7 +340,7 @@ class Engine:
             self._abort(plan)
         par = self.cfg.parallelism
         return BatchShape(tuple(plan.num_new_tokens.values()), tuple(ctx), plan.blocks_swapped_in,
-                          plan.blocks_swapped_out, par.tp, par.pp)
+                          plan.blocks_swapped_out, par.tp, par.pp, plan.blocks_loaded, plan.blocks_loaded_disk)
 
     def _empty(self, sched, plan, now: float) -> tuple[bool, float | None]:
         """An empty ``plan``: its preemptions and aborts applied; returns whether it had any, and
@@ -712,7 +715,8 @@ def output(eng: Engine, end: float) -> SimOutput:
         cost_info=cost.describe() if hasattr(cost, "describe") else None,  # (None: the source and params)
         warnings=eng.warnings + clip_warnings(eng.workload.info, cfg, eng.admitted),
         faults=eng.dynamics.log.summary(eng.faults, end) if cfg.faults.events else None,
-        fleet=eng.dynamics.fleet, speculative=eng.drafter.summary() if eng.drafter is not None else None)
+        fleet=eng.dynamics.fleet, speculative=eng.drafter.summary() if eng.drafter is not None else None,
+        kv_tiers=tier_block(cfg, eng.mem.block_bytes, eng.tiers))
 
 
 def fast_forward_exact(cfg: Config, route) -> bool:
