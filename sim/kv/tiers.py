@@ -156,23 +156,30 @@ class LowerTiers:
             host[h] = None
         self.tally.offloaded += len(hashes)
         self.version += 1
-        self._shrink()
+        if len(self.host) > self.host_blocks - (sum(self.swapped.values()) if self.swapped else 0):
+            self._shrink()
 
     def _shrink(self) -> None:
         """Evict host's oldest blocks into disk (or drop them) until host fits beside the pinned
         blocks, then disk's oldest until disk fits."""
         host, disk, t = self.host, self.disk, self.tally
-        room = self.host_blocks - (sum(self.swapped.values()) if self.swapped else 0)
-        while len(host) > room:
-            h, _ = host.popitem(last=False)
+        over = len(host) - (self.host_blocks - (sum(self.swapped.values()) if self.swapped else 0))
+        if over > 0:
+            pop = host.popitem
             if self.disk_blocks:
-                disk[h] = None
-                t.to_disk += 1
+                for _ in range(over):
+                    disk[pop(last=False)[0]] = None
+                t.to_disk += over
             else:
-                t.dropped += 1
-        while len(disk) > self.disk_blocks:
-            disk.popitem(last=False)
-            t.dropped += 1
+                for _ in range(over):
+                    pop(last=False)
+                t.dropped += over
+        over = len(disk) - self.disk_blocks
+        if over > 0:
+            pop = disk.popitem
+            for _ in range(over):
+                pop(last=False)
+            t.dropped += over
 
     def pin(self) -> None:
         """A request was swapped out: make room for its pinned blocks."""
@@ -230,11 +237,16 @@ class TieredBlockPool(CachedBlockPool):
         self.on_evict = tiers.offload
 
     def register(self, blocks, hashes) -> None:
-        tiers, block_of, hash_of = self.tiers, self.block_of, self.hash_of
+        tiers = self.tiers
         if tiers.host or tiers.disk:
-            for b, h in zip(blocks, hashes):
-                if h not in block_of and hash_of[b] is None and h in tiers:
-                    tiers.supersede(h)
+            found = tiers.host.keys() & hashes  # (a set operation in C: most hashes are in no tier)
+            if tiers.disk:
+                found |= tiers.disk.keys() & hashes
+            if found:
+                block_of, hash_of = self.block_of, self.hash_of
+                for b, h in zip(blocks, hashes):
+                    if h in found and h not in block_of and hash_of[b] is None:
+                        tiers.supersede(h)
         super().register(blocks, hashes)
 
 
