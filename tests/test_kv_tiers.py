@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -317,3 +318,18 @@ def test_bad_tier_input_is_one_line_and_exit_2(tmp_path):
                            "--set", "kv.cpu_offload_gib=64"], capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "kv.cpu_offload_gib" in proc.stderr and "prefix_caching" in proc.stderr
+
+
+def test_the_experiment_runs_and_draws_on_a_small_workload(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import kv_tiers
+
+    cfg = tiny_config(kv={"prefix_caching": True, "num_gpu_blocks": 60},
+                      workload={"num_requests": 60, "system_prompts": {"count": 6, "tokens": 200},
+                                "prompt": {"kind": "uniform", "min": 16, "max": 120}})
+    df = kv_tiers.run_all(cfg, {"host_gib": [0, 0.8], "rate": 20.0})
+    assert list(df["host_gib"]) == [0, 0.8]
+    assert df["host_hit_rate"][0] == 0 and df["host_hit_rate"][1] > 0
+    assert (df["gpu_hit_rate"] + df["host_hit_rate"]).tolist() == pytest.approx(df["hit_rate"].tolist(), rel=1e-12)
+    kv_tiers.plot(df, tmp_path, cfg)
+    assert (tmp_path / "figures" / "kv_tiers.png").is_file() and (tmp_path / "figures" / "kv_tiers.svg").is_file()
