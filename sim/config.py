@@ -356,6 +356,9 @@ class Config(_Strict):
                 self.parallelism.tp, self.parallelism.pp)
             if why:
                 raise ValueError(why if why.startswith("speculative") else f"speculative.draft_model: {why}")
+        if sp.acceptance_column is not None and self.workload.trace is None:
+            raise ValueError(f"speculative.acceptance: {sp.acceptance!r} reads each request's acceptance rate from a "
+                             "trace column, and the workload has no trace (workload.trace)")
         cls = REGISTRY.get(self.scheduler.name)
         if cls is not None and not issubclass(cls, BudgetScheduler):
             raise ValueError(f"speculative: scheduler {self.scheduler.name!r} plans whole phases; speculative decoding "

@@ -31,6 +31,7 @@ from sim.fastforward import decode_run, steady_decode
 from sim.flow import Flow, enters
 from sim.kv import KVManager, make_kv_manager
 from sim.kv.tiers import tier_block, tiered_cache
+from sim.speculative import spec_workload
 from sim.metrics.requestlog import RequestLog
 from sim.metrics.steplog import ItlLog, ItlSketch, StepLog
 from sim.request import Request
@@ -189,7 +190,7 @@ class Engine:
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3]),  # the router's own stream
                                   "cluster": cfg.cluster}  # and its knobs
         self.rng = np.random.default_rng(cfg.seed)
-        self.workload = build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng,
+        self.workload = build_workload(spec_workload(cfg), max_context=self.model.max_context, rng=self.rng,
                                        trace_output_bound=self.sched_cls.reads_output_limit(self.knobs),
                                        block_tokens=cfg.kv.block_size)
         self.drafter = self._drafter()  # speculative decoding (None: off)
@@ -364,7 +365,7 @@ class Engine:
             if k > 1:
                 r = by_id[rid]
                 if r.num_generated and r.num_computed == r.prompt_tokens + r.num_generated - 1:
-                    accepted[rid] = accept(k - 1)
+                    accepted[rid] = accept(k - 1, r.spec.acceptance)
                     n += 1
                     c = r.num_computed + 1
                     kv += c

@@ -64,12 +64,14 @@ class RequestSpec:
     priority: int = 0
     slo_class: str | None = None
     tenant: str | None = None
+    acceptance: float | None = None
 
     def with_output_limit(self, limit: int) -> "RequestSpec":
         """This spec with ``max_output_tokens = limit`` (``dataclasses.replace``, without its
         per-call field walk: the engine does this for every request without a limit)."""
         return RequestSpec(self.id, self.arrival_s, self.prompt_tokens, self.output_tokens, limit, self.block_hashes,
-                           self.hash_block_tokens, self.session_id, self.priority, self.slo_class, self.tenant)
+                           self.hash_block_tokens, self.session_id, self.priority, self.slo_class, self.tenant,
+                           self.acceptance)
 
 
 def default_output_limit(prompt_tokens: int, max_context: int) -> int:
