@@ -333,3 +333,13 @@ def test_the_experiment_runs_and_draws_on_a_small_workload(tmp_path):
     assert (df["gpu_hit_rate"] + df["host_hit_rate"]).tolist() == pytest.approx(df["hit_rate"].tolist(), rel=1e-12)
     kv_tiers.plot(df, tmp_path, cfg)
     assert (tmp_path / "figures" / "kv_tiers.png").is_file() and (tmp_path / "figures" / "kv_tiers.svg").is_file()
+
+
+def test_tier_counts_are_summed_over_worker_processes():
+    cfg = tiny_config(kv={"prefix_caching": True, "num_gpu_blocks": 60, "num_cpu_blocks": 200},
+                      cluster={"replicas": 2, "router": "round_robin"},
+                      workload={"rate": 20.0, "num_requests": 80, "system_prompts": {"count": 6, "tokens": 200},
+                                "prompt": {"kind": "uniform", "min": 16, "max": 120}})
+    one = simulate({**cfg, "engine": {"workers": 1}}).summary["prefix_cache"]
+    two = simulate({**cfg, "engine": {"workers": 2}}).summary["prefix_cache"]
+    assert one["tiers"]["host"]["loaded_blocks"] > 0 and one == two
