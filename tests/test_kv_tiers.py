@@ -343,3 +343,12 @@ def test_tier_counts_are_summed_over_worker_processes():
     one = simulate({**cfg, "engine": {"workers": 1}}).summary["prefix_cache"]
     two = simulate({**cfg, "engine": {"workers": 2}}).summary["prefix_cache"]
     assert one["tiers"]["host"]["loaded_blocks"] > 0 and one == two
+
+
+def test_a_card_without_a_host_link_is_refused(tmp_path):
+    text = (Path(__file__).resolve().parents[1] / "sim" / "catalog" / "hardware" / "h100-sxm.yaml").read_text()
+    lines = [ln for ln in text.splitlines() if not ln.startswith(("host_link_gbps_bidir:", "id:", "aliases:", "- "))]
+    card = tmp_path / "nolink.yaml"
+    card.write_text("\n".join(["id: nolink-h100", "host_link_gbps_bidir: 0", *lines]) + "\n")
+    with pytest.raises(ConfigError, match=r"kv\.cpu_offload_gib: hardware nolink-h100 has no host link"):
+        build_config(tiny_config(hardware=str(card), kv={"prefix_caching": True, "cpu_offload_gib": 8}))
