@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sim.kv.blocks import KVManager
 from sim.kv.prefix import PrefixKVManager
-from sim.kv.tiers import HostLink, TieredKVManager, TierTally, tier_blocks
+from sim.kv.tiers import HostLink, TieredKVManager, TierTally, host_tier_blocks, tier_blocks, tier_refusal
 
 GIB = 2**30
 
@@ -28,20 +28,6 @@ def make_kv_manager(kv_cfg, num_blocks: int, block_bytes: float, tally: TierTall
         return PrefixKVManager(num_blocks, kv_cfg.block_size, kv_cfg.watermark, swap_blocks=swap,
                                eviction=kv_cfg.eviction)
     return KVManager(num_blocks, kv_cfg.block_size, kv_cfg.watermark, swap_blocks=swap)
-
-
-def host_tier_blocks(kv_cfg, block_bytes: float) -> int:
-    """The host tier's size in blocks (0: no host tier)."""
-    return tier_blocks(kv_cfg.cpu_offload_gib, kv_cfg.num_cpu_blocks, block_bytes)
-
-
-def tier_refusal(kv_cfg, block_bytes: float) -> str | None:
-    """Why a tier of the config holds no block (its GiB below one block), or None."""
-    for key, gib in (("kv.cpu_offload_gib", kv_cfg.cpu_offload_gib), ("kv.disk_offload_gib", kv_cfg.disk_offload_gib)):
-        if gib is not None and tier_blocks(gib, None, block_bytes) == 0:
-            return (f"{key}: {gib:g} GiB per GPU holds no KV block ({block_bytes / 2**20:.3f} MiB per block per GPU "
-                    "at this model, parallelism and kv.block_size)")
-    return None
 
 
 __all__ = ["HostLink", "KVManager", "PrefixKVManager", "TierTally", "TieredKVManager", "host_tier_blocks",

@@ -36,7 +36,7 @@ What this module models (docs/design-decisions.md, "Tiered KV cache"):
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sim.kv.prefix import CachedBlockPool, PrefixKVManager, usable_hit_tokens
 
@@ -82,6 +82,20 @@ def tier_blocks(gib: float | None, blocks: int | None, block_bytes: float) -> in
     return int(gib * GIB // block_bytes) if gib and block_bytes > 0 else 0
 
 
+def host_tier_blocks(kv_cfg, block_bytes: float) -> int:
+    """The host tier's size in blocks (0: no host tier)."""
+    return tier_blocks(kv_cfg.cpu_offload_gib, kv_cfg.num_cpu_blocks, block_bytes)
+
+
+def tier_refusal(kv_cfg, block_bytes: float) -> str | None:
+    """Why a tier of the config holds no block (its GiB below one block), or None."""
+    for key, gib in (("kv.cpu_offload_gib", kv_cfg.cpu_offload_gib), ("kv.disk_offload_gib", kv_cfg.disk_offload_gib)):
+        if gib is not None and tier_blocks(gib, None, block_bytes) == 0:
+            return (f"{key}: {gib:g} GiB per GPU holds no KV block ({block_bytes / 2**20:.3f} MiB per block per GPU "
+                    "at this model, parallelism and kv.block_size)")
+    return None
+
+
 @dataclass
 class TierTally:
     """Counts over a run, shared by every replica's tiers (a crashed replica's counts stay).
@@ -100,16 +114,11 @@ class TierTally:
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
-    def add(self, other: "TierTally") -> None:
-        for k, v in other.__dict__.items():
-            setattr(self, k, getattr(self, k) + v)
-
 
 def tiered_cache(cfg, block_bytes: float) -> TierTally | None:
     """The run-wide ``TierTally`` of a config with a tiered cache (None without one); refuses a
     tier too small for one block (``ConfigError``, before any simulation)."""
     from sim.errors import ConfigError
-    from sim.kv import tier_refusal
 
     if cfg.kv.host_tier is None:
         return None
@@ -123,8 +132,6 @@ def tier_block(cfg, block_bytes: float, tally: TierTally | None) -> dict | None:
     """The tiers' sizes (blocks and GiB per GPU) and ``tally``'s counts, for the summary."""
     if tally is None:
         return None
-    from sim.kv import host_tier_blocks
-
     host = host_tier_blocks(cfg.kv, block_bytes)
     disk = tier_blocks(cfg.kv.disk_offload_gib, None, block_bytes)
     return {"host_blocks": host, "host_gib": round(host * block_bytes / GIB, 3), "disk_blocks": disk,
