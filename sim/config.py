@@ -283,6 +283,28 @@ class KV(_Strict):
     swap_space_gib: float = Field(default=4.0, ge=0, le=1024, description="host memory for swapped blocks, per GPU (vLLM default 4)")
     prefix_caching: bool = False
     eviction: Literal["lru", "lfu", "fifo"] = "lru"
+    # the tiered KV cache (sim/kv/tiers.py): a host tier under the GPU prefix cache, a disk under it
+    cpu_offload_gib: float | None = Field(default=None, gt=0, le=2**20, description=(
+        "host-memory tier under the GPU prefix cache, GiB per GPU (vLLM's kv_offloading_size; "
+        "or kv.num_cpu_blocks, not both)"))
+    num_cpu_blocks: int | None = Field(default=None, ge=1, le=2**40, description=(
+        "host-memory tier in KV blocks per replica (vLLM OffloadingConnector's num_cpu_blocks)"))
+    offload_latency_s: float = Field(default=6e-6, ge=0, le=1, description=(
+        "latency of a step's load from the host tier: 6 us, the middle of the 5-7 us per "
+        "cudaMemcpyAsync call measured in DualPath (arXiv 2602.21548, section 5.2)"))
+    disk_offload_gib: float | None = Field(default=None, gt=0, le=2**30, description=(
+        "disk (or remote store) tier under the host tier, GiB per GPU; needs kv.disk_read_gbps"))
+    disk_read_gbps: float | None = Field(default=None, gt=0, le=1e5, description=(
+        "read bandwidth of the disk tier per GPU, GB/s (no default: the device's figure)"))
+    disk_latency_s: float = Field(default=0.0, ge=0, le=10, description=(
+        "latency of a step's load from the disk tier (default 0: set the device's figure)"))
+
+    @property
+    def host_tier(self) -> str | None:
+        """The key that sizes the host tier (None: no tiers)."""
+        if self.cpu_offload_gib is not None:
+            return "kv.cpu_offload_gib"
+        return "kv.num_cpu_blocks" if self.num_cpu_blocks is not None else None
 
 
 class Precision(_Strict):
@@ -489,7 +511,8 @@ class Config(_Strict):
                 raise ValueError(f"cluster.pools[{i}].dtype ({p.name}): {dtype} quantises the routed experts of an "
                                  f"MoE model; {self.model} has none")
         for on, what in ((self.parallelism.dp > 1, "parallelism.dp > 1"), (self.speculative.enabled, "speculative"),
-                         (self.engine.workers > 1, "engine.workers > 1")):
+                         (self.engine.workers > 1, "engine.workers > 1"),
+                         (self.kv.host_tier is not None, f"a tiered KV cache ({self.kv.host_tier})")):
             if on:
                 raise ValueError(f"cluster.pools: {what} is not simulated with pools yet")
         from sim.cluster.pools import fleet
@@ -524,11 +547,45 @@ class Config(_Strict):
                 self.parallelism.tp, self.parallelism.pp)
             if why:
                 raise ValueError(why if why.startswith("speculative") else f"speculative.draft_model: {why}")
+        if sp.acceptance_column is not None and self.workload.trace is None:
+            raise ValueError(f"speculative.acceptance: {sp.acceptance!r} reads each request's acceptance rate from a "
+                             "trace column, and the workload has no trace (workload.trace)")
         cls = REGISTRY.get(self.scheduler.name)
         if cls is not None and not issubclass(cls, BudgetScheduler):
             raise ValueError(f"speculative: scheduler {self.scheduler.name!r} plans whole phases; speculative decoding "
                              "is modelled for the token-budget schedulers (vllm_v1, sarathi, priority, sjf, srpt, "
                              "lookahead, orca, trtllm)")
+        return self
+
+    @model_validator(mode="after")
+    def _tiers(self):
+        """The tiered KV cache: one host-tier size, a disk only under a host tier and with its
+        bandwidth, prefix caching on, swap sharing the host pool, a card with a host link."""
+        from sim.catalog import get_hardware
+
+        kv = self.kv
+        if kv.cpu_offload_gib is not None and kv.num_cpu_blocks is not None:
+            raise ValueError("kv.num_cpu_blocks: the host tier is sized by kv.cpu_offload_gib or kv.num_cpu_blocks, "
+                             "not both")
+        host = kv.host_tier
+        if kv.disk_offload_gib is not None and host is None:
+            raise ValueError("kv.disk_offload_gib: the disk tier sits under a host tier; set kv.cpu_offload_gib or "
+                             "kv.num_cpu_blocks")
+        if (kv.disk_offload_gib is None) != (kv.disk_read_gbps is None):
+            raise ValueError("kv.disk_read_gbps: set it with kv.disk_offload_gib (the disk tier's read bandwidth, GB/s)"
+                             if kv.disk_read_gbps is None else
+                             "kv.disk_read_gbps: given without a disk tier (kv.disk_offload_gib)")
+        if host is None:
+            return self
+        if not kv.prefix_caching:
+            raise ValueError(f"{host}: the host tier holds blocks evicted from the prefix cache; set "
+                             "kv.prefix_caching: true (swap preemption alone uses kv.swap_space_gib)")
+        if "swap_space_gib" in kv.model_fields_set:
+            raise ValueError(f"kv.swap_space_gib: with a host tier ({host}) swap preemption uses the tier's host "
+                             "pool; drop kv.swap_space_gib")
+        hw = get_hardware(self.hardware)
+        if not hw.host_link_gbps_bidir:
+            raise ValueError(f"{host}: hardware {hw.id} has no host link (host_link_gbps_bidir) to offload over")
         return self
 
     @model_validator(mode="after")

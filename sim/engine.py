@@ -31,6 +31,8 @@ from sim.cost import make_cost_model
 from sim.fastforward import decode_run, steady_decode
 from sim.flow import Flow, enters
 from sim.kv import KVManager, make_kv_manager
+from sim.kv.tiers import tier_block, tiered_cache
+from sim.speculative import spec_workload
 from sim.metrics.requestlog import RequestLog
 from sim.metrics.steplog import ItlLog, ItlSketch, StepLog
 from sim.request import Request
@@ -64,6 +66,7 @@ class SimOutput:
     """What priced the run, when the cost model describes itself (the kernel database does)."""
     faults: dict | None = None  # summary.json's ``faults`` block (None without faults)
     speculative: dict | None = None  # summary.json's ``speculative`` block (None without speculation)
+    kv_tiers: dict | None = None  # a tiered KV cache's sizes and counts (None without one: ``sim.kv.tiers``)
     fleet: FleetLog | None = None  # provisioning record (autoscaling only)
     pools: dict | None = None  # with cluster.pools: per pool, what the summary's ``pools`` block needs
     warnings: list = field(default_factory=list)
@@ -166,6 +169,8 @@ class Engine:
         self.parts = pool_parts(self.pools, self.model, bool(cfg.cluster.pools))
         self.hw, self.mem, self.cost = self.parts[self.pools[0].key]
         self.pool_of = [p for p in self.pools for _ in range(p.replicas * cfg.parallelism.dp)]  # by replica index
+        # a tiered KV cache's run-wide counts (None: off; the config refuses one with cluster.pools)
+        self.tiers = tiered_cache(cfg, self.mem.block_bytes)
         self.sched_cls, self.knobs = REGISTRY[cfg.scheduler.name], cfg.scheduler.knobs()
         self.warnings: list[str] = prefix_caching_warnings(cfg)
         # rows of the requests that left; with output.stream they go to ``stream_to`` in chunks
@@ -197,7 +202,8 @@ class Engine:
         self.route_state: dict = {"rng": np.random.default_rng([cfg.seed, 3]),  # the router's own stream
                                   "cluster": cfg.cluster}  # and its knobs
         self.rng = np.random.default_rng(cfg.seed)
-        self.workload = with_frontend(build_workload(cfg.workload, max_context=self.model.max_context, rng=self.rng,
+        self.workload = with_frontend(build_workload(spec_workload(cfg), max_context=self.model.max_context,
+                                                     rng=self.rng,
                                                      trace_output_bound=self.sched_cls.reads_output_limit(self.knobs),
                                                      block_tokens=cfg.kv.block_size), cfg.frontend)
         self.drafter = self._drafter()  # speculative decoding (None: off)
@@ -244,7 +250,7 @@ class Engine:
         if i == len(self.pool_of):
             self.pool_of.append(pool)
         _, mem, cost = self.parts[pool.key]
-        kv = make_kv_manager(cfg.kv, mem.num_gpu_blocks, mem.block_bytes)
+        kv = make_kv_manager(cfg.kv, mem.num_gpu_blocks, mem.block_bytes, self.tiers)
         seed = [cfg.seed, 1, i] + ([lives] if lives else [])  # the policy's own stream (predictors)
         sched = self.sched_cls(self.knobs, kv, rng=np.random.default_rng(seed), max_context=self.model.max_context)
         if cfg.speculative.enabled:
@@ -354,7 +360,7 @@ class Engine:
         if plan.aborted:
             self._abort(plan)
         return BatchShape(tuple(plan.num_new_tokens.values()), tuple(ctx), plan.blocks_swapped_in,
-                          plan.blocks_swapped_out, rep.tp, rep.pp)
+                          plan.blocks_swapped_out, rep.tp, rep.pp, plan.blocks_loaded, plan.blocks_loaded_disk)
 
     def _empty(self, sched, plan, now: float) -> tuple[bool, float | None]:
         """An empty ``plan``: its preemptions and aborts applied; returns whether it had any, and
@@ -378,7 +384,7 @@ class Engine:
             if k > 1:
                 r = by_id[rid]
                 if r.num_generated and r.num_computed == r.prompt_tokens + r.num_generated - 1:
-                    accepted[rid] = accept(k - 1)
+                    accepted[rid] = accept(k - 1, r.spec.acceptance)
                     n += 1
                     c = r.num_computed + 1
                     kv += c
@@ -731,7 +737,8 @@ def output(eng: Engine, end: float) -> SimOutput:
         warnings=eng.warnings + clip_warnings(eng.workload.info, cfg, eng.admitted),
         faults=eng.dynamics.log.summary(eng.faults, end) if cfg.faults.events else None,
         fleet=eng.dynamics.fleet, speculative=eng.drafter.summary() if eng.drafter is not None else None,
-        pools=pools_output(eng) if cfg.cluster.pools else None)
+        pools=pools_output(eng) if cfg.cluster.pools else None,
+        kv_tiers=tier_block(cfg, eng.mem.block_bytes, eng.tiers))
 
 
 def fast_forward_exact(cfg: Config, route) -> bool:

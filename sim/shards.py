@@ -95,6 +95,9 @@ def merge(parts: list, workers: int):
     out.simulated_s = max(p.simulated_s for p in parts)
     out.out_of_range = sum(p.out_of_range for p in parts)
     out.workers = workers
+    if out.kv_tiers is not None:  # a tiered cache's counts: every process's
+        out.kv_tiers = {k: v if k.endswith(("_blocks", "_gib")) else sum(p.kv_tiers[k] for p in parts)
+                        for k, v in out.kv_tiers.items()}
     if out.cost_info and "extrapolated" in out.cost_info:  # every process's, not the first one's
         out.cost_info = {**out.cost_info,
                          "extrapolated": merge_extrapolated([(p.cost_info or {}).get("extrapolated") or [] for p in parts])}

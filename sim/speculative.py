@@ -49,10 +49,11 @@ class Speculative(BaseModel):
     method: Literal["none", "draft_model", "eagle", "eagle3", "mtp", "ngram"] = Field(
         default="none", description="none | draft_model (with draft_model: a card) | eagle | eagle3 | mtp | ngram")
     num_speculative_tokens: int = Field(default=3, ge=1, le=64, description="draft tokens verified per step (k)")
-    acceptance: float | list[float] | None = Field(default=None, description=(
+    acceptance: float | list[float] | str | None = Field(default=None, description=(
         "acceptance rate of each draft position, given the earlier ones were accepted: one rate, or "
-        "a list of at most num_speculative_tokens rates (positions past it use its last); mtp "
-        f"defaults to {MTP_ACCEPTANCE} (DeepSeek-V3's report)"))
+        "a list of at most num_speculative_tokens rates (positions past it use its last), or each "
+        "request's measured rate read from a trace column: trace (column 'acceptance') or the "
+        f"column's name; mtp defaults to {MTP_ACCEPTANCE} (DeepSeek-V3's report)"))
     draft_model: str | None = Field(default=None, description="draft_model: the draft's catalog id or card path")
 
     @property
@@ -62,6 +63,10 @@ class Speculative(BaseModel):
     @field_validator("acceptance")
     @classmethod
     def _rates(cls, v):
+        if isinstance(v, str):
+            if not v.strip():
+                raise ValueError("give 'trace' or a trace column's name")
+            return v
         rates = [v] if isinstance(v, (int, float)) else v
         if rates is not None:
             if not rates:
@@ -87,12 +92,33 @@ class Speculative(BaseModel):
                                                              else f"only method draft_model takes a draft card, not {self.method}"))
         return self
 
+    @property
+    def acceptance_column(self) -> str | None:
+        """The trace column of each request's acceptance rate (None: rates from the config)."""
+        a = self.acceptance
+        if not isinstance(a, str):
+            return None
+        return "acceptance" if a == "trace" else a
+
     def rates(self) -> list[float]:
-        """The acceptance rate of each of the k positions."""
+        """The acceptance rate of each of the k positions (a request's own rate, when the trace
+        gives one, replaces them: ``Drafter.accept``); with rates from a trace, none here."""
+        if self.acceptance_column is not None:
+            return []
         a = MTP_ACCEPTANCE if self.acceptance is None else self.acceptance
         rates = [float(a)] if isinstance(a, (int, float)) else [float(x) for x in a]
         k = self.num_speculative_tokens
         return (rates + [rates[-1]] * k)[:k]
+
+
+def spec_workload(cfg):
+    """``cfg.workload``, its trace reading each request's acceptance rate when
+    ``speculative.acceptance`` names a trace column."""
+    col = cfg.speculative.acceptance_column if cfg.speculative.enabled else None
+    wl = cfg.workload
+    if col is None or wl.trace is None:
+        return wl
+    return wl.model_copy(update={"trace": wl.trace.model_copy(update={"acceptance_column": col})})
 
 
 def draft_problem(spec: Speculative, target, draft) -> str | None:
@@ -113,20 +139,26 @@ class Drafter:
         self.k = spec.num_speculative_tokens
         self.method = spec.method
         self.p = spec.rates()
+        self.column = spec.acceptance_column  # each request's own rate from this trace column (None: ``p``)
         self.rng = rng
         self.target, self.draft = target_cost, draft_cost
         self.verifications = 0  # request-steps that verified drafts
         self.drafted = 0  # draft tokens verified
         self.accepted_total = 0  # of which accepted
 
-    def accept(self, drafts: int) -> int:
+    def accept(self, drafts: int, rate: float | None = None) -> int:
         """Accepted drafts of one verification of ``drafts`` tokens (left to right until the first
-        rejection)."""
+        rejection); ``rate``: the request's own acceptance rate at every position (from the
+        trace), else the configured per-position rates."""
         a = 0
-        p = self.p
         rand = self.rng.random
-        while a < drafts and rand() < p[a]:
-            a += 1
+        if rate is None:
+            p = self.p
+            while a < drafts and rand() < p[a]:
+                a += 1
+        else:
+            while a < drafts and rand() < rate:
+                a += 1
         self.verifications += 1
         self.drafted += drafts
         self.accepted_total += a
@@ -148,7 +180,8 @@ class Drafter:
     def summary(self) -> dict:
         """``summary.json``'s ``speculative`` block."""
         v = self.verifications
-        return {"method": self.method, "num_speculative_tokens": self.k, "acceptance_rates": self.p,
+        per_request = {} if self.column is None else {"acceptance_column": self.column}
+        return {"method": self.method, "num_speculative_tokens": self.k, "acceptance_rates": self.p, **per_request,
                 "verifications": v, "draft_tokens": self.drafted, "accepted_draft_tokens": self.accepted_total,
                 "acceptance_rate": self.accepted_total / self.drafted if self.drafted else None,
                 "mean_acceptance_length": (self.accepted_total + v) / v if v else None}

@@ -68,13 +68,14 @@ class RequestSpec:
     slo_class: str | None = None
     tenant: str | None = None
     sent_s: float | None = None
+    acceptance: float | None = None
 
     def with_output_limit(self, limit: int) -> "RequestSpec":
         """This spec with ``max_output_tokens = limit`` (``dataclasses.replace``, without its
         per-call field walk: the engine does this for every request without a limit)."""
         return RequestSpec(self.id, self.arrival_s, self.prompt_tokens, self.output_tokens, limit, self.block_hashes,
                            self.hash_block_tokens, self.session_id, self.priority, self.slo_class, self.tenant,
-                           self.sent_s)
+                           self.sent_s, self.acceptance)
 
 
 def default_output_limit(prompt_tokens: int, max_context: int) -> int:
@@ -96,6 +97,8 @@ class StepPlan:
     skips (they count as computed before the step). ``aborted`` maps a request the policy
     dropped this step to the reason (a preempted request that can never be admitted again, as
     vLLM v0 ignores a waiting request whose blocks can never fit); it left the policy's queues.
+    ``blocks_loaded`` / ``blocks_loaded_disk``: blocks of this step's prefix hits loaded from
+    the host / disk tier of a tiered KV cache (``sim.kv.tiers``), priced with the step.
     """
 
     num_new_tokens: dict[int, int]
@@ -106,11 +109,14 @@ class StepPlan:
     blocks_swapped_out: int
     cached_tokens: dict[int, int]
     aborted: dict[int, str]
+    blocks_loaded: int
+    blocks_loaded_disk: int
 
     def __init__(self, num_new_tokens: dict[int, int] | None = None, preempted: list[int] | None = None,
                  swapped_in: list[int] | None = None, swapped_out: list[int] | None = None,
                  blocks_swapped_in: int = 0, blocks_swapped_out: int = 0,
-                 cached_tokens: dict[int, int] | None = None, aborted: dict[int, str] | None = None) -> None:
+                 cached_tokens: dict[int, int] | None = None, aborted: dict[int, str] | None = None,
+                 blocks_loaded: int = 0, blocks_loaded_disk: int = 0) -> None:
         # Written out: every plan starts empty (one per step), and the generated __init__ calls a
         # default factory per container field, about 1.6x the cost. None means a new empty one.
         self.num_new_tokens = {} if num_new_tokens is None else num_new_tokens
@@ -121,6 +127,8 @@ class StepPlan:
         self.blocks_swapped_out = blocks_swapped_out
         self.cached_tokens = {} if cached_tokens is None else cached_tokens
         self.aborted = {} if aborted is None else aborted
+        self.blocks_loaded = blocks_loaded
+        self.blocks_loaded_disk = blocks_loaded_disk
 
     @property
     def empty(self) -> bool:
@@ -136,7 +144,8 @@ class StepPlan:
 class BatchShape:
     """All the cost model may know about a step: per sequence, the new tokens it computes and
     the tokens already in its KV cache before the step; blocks moved over the host link; the
-    replica's parallelism. Never requests, schedulers or policy names."""
+    replica's parallelism. Never requests, schedulers or policy names. ``blocks_loaded`` /
+    ``blocks_loaded_disk``: prefix-hit blocks loaded from a tiered cache's host / disk tier."""
 
     new_tokens: tuple[int, ...]
     context_lens: tuple[int, ...]
@@ -144,6 +153,8 @@ class BatchShape:
     blocks_swapped_out: int = 0
     tp: int = 1
     pp: int = 1
+    blocks_loaded: int = 0
+    blocks_loaded_disk: int = 0
 
 
 COMPONENTS = ("gemm", "attn_prefill", "attn_decode", "comm", "other_gpu", "cpu", "swap")

@@ -369,3 +369,15 @@ def test_pool_autoscaler_drains_a_busy_replica_before_retiring_it(tmp_path):
     assert fleet.drained == 1 and fleet.released == {1: float(math.ceil(req.finish_s[1]))}
     assert (1.0, 3, 3) in fleet.series  # drained at 1 s: still provisioned and counted as serving until released
     assert fleet.series[-1] == (float(math.ceil(req.finish_s[1])), 2, 2)
+
+
+def test_a_tiered_kv_cache_with_pools_is_refused_by_key():
+    """Each pool's KV blocks have their own size: a host tier sized for one is not simulated
+    with pools yet, and the refusal names the keys."""
+    from sim.config import build_config
+    from sim.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        build_config({"kv": {"prefix_caching": True, "cpu_offload_gib": 64},
+                      "cluster": {"pools": [{"name": "a", "hardware": "h100-sxm"}]}})
+    assert "cluster.pools" in str(e.value) and "kv.cpu_offload_gib" in str(e.value)

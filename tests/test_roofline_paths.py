@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from sim.catalog import get_hardware, get_model
 from sim.cost import roofline
+from sim.cost.memory import kv_bytes_per_token_per_gpu
 from sim.cost.profiled import ProfiledCostModel, Table, table_key
 from sim.cost.roofline import LOOP_STEPS, VECTOR_STEPS, RooflineCostModel, RooflineParams
 from sim.types import BatchShape
@@ -61,8 +62,9 @@ def test_decode_totals_are_each_steps_total(case, contexts, steps):
     assert cm.step_time(BatchShape((1,) * n, tuple(contexts))) == cm.decode_step(n, kv, longest)
 
 
-def aggregates(shape: BatchShape) -> tuple:
-    """``_price``'s arguments for a batch shape, one sequence at a time (the reference)."""
+def aggregates(shape: BatchShape, cm: RooflineCostModel) -> tuple:
+    """``_price``'s arguments for a batch shape, one sequence at a time (the reference); the last
+    is the swap term's seconds: blocks x bytes per block per GPU / one direction of the host link."""
     tokens = dec_n = dec_kv = dec_max = 0
     chunks = []
     for q, c in zip(shape.new_tokens, shape.context_lens):
@@ -73,8 +75,11 @@ def aggregates(shape: BatchShape) -> tuple:
             dec_max = max(dec_max, c + 1)
         else:
             chunks.append((q, c))
-    return (tokens, len(shape.new_tokens), chunks, dec_n, dec_kv, dec_max,
-            shape.blocks_swapped_in + shape.blocks_swapped_out)
+    swapped = shape.blocks_swapped_in + shape.blocks_swapped_out
+    if swapped:
+        block_bytes = cm.block_size * kv_bytes_per_token_per_gpu(cm.model, cm.tp, cm.pp, cm.kv_dtype)
+        swapped = swapped * block_bytes / cm.hw.host_bw
+    return (tokens, len(shape.new_tokens), chunks, dec_n, dec_kv, dec_max, swapped)
 
 
 # (small contexts: ties between a chunk's and the decodes' longest)
@@ -87,7 +92,7 @@ seqs = st.lists(st.tuples(st.one_of(st.just(1), st.integers(0, 5000)),
 def test_step_time_prices_the_shapes_aggregates_as_each_operator_does(case, seqs, swap_in, swap_out):
     cm = build(case)
     shape = BatchShape(tuple(q for q, _ in seqs), tuple(c for _, c in seqs), swap_in, swap_out)
-    agg = aggregates(shape)
+    agg = aggregates(shape, cm)
     spy = build(case)
     spy._price = lambda *args: args
     assert spy.step_time(shape) == agg

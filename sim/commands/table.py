@@ -184,6 +184,14 @@ def print_summary(s: dict, cfg) -> None:
     if pc.get("enabled"):
         print(f"prefix cache ({pc['eviction']}): hit rate {100 * (pc['hit_rate'] or 0):.1f}% of prompt tokens, "
               f"{pc['saved_prefill_tokens']:,} prefill tokens saved")
+        tiers = pc.get("tiers")
+        if tiers:
+            pct = lambda x: 100 * (x or 0)  # noqa: E731
+            disk = tiers.get("disk")
+            print(f"  by tier: GPU {pct(tiers['gpu']['hit_rate']):.1f}%, host {pct(tiers['host']['hit_rate']):.1f}% "
+                  f"({tiers['host']['gib_per_gpu']:g} GiB per GPU, {tiers['host']['loaded_blocks']:,} blocks loaded)"
+                  + (f", disk {pct(disk['hit_rate']):.1f}% ({disk['gib_per_gpu']:g} GiB per GPU, "
+                     f"{disk['loaded_blocks']:,} blocks loaded)" if disk else ""))
     pr, kv = s.get("precision"), s.get("kv") or {}
     if pr:
         print(f"precision: weights {pr['weights']}, activations {pr['activations']}, KV cache {pr['kv_cache']}, "

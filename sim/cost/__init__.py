@@ -12,6 +12,20 @@ __all__ = ["CostModel", "RooflineCostModel", "RooflineParams", "make_cost_model"
 
 
 def make_cost_model(cfg, model, hw) -> CostModel:
+    """``_make_cost_model``, with the config's tiered KV cache's transfer pricing (``kv.*`` latency
+    and disk bandwidth, ``sim.kv.tiers.host_link``) when it has one."""
+    cm = _make_cost_model(cfg, model, hw)
+    if cfg.kv.host_tier is not None:
+        from sim.cost.memory import kv_bytes_per_token_per_gpu
+        from sim.kv.tiers import host_link
+
+        block_bytes = cfg.kv.block_size * kv_bytes_per_token_per_gpu(model, cfg.parallelism.tp, cfg.parallelism.pp,
+                                                                     cfg.kv_dtype)
+        cm.link = host_link(cfg, hw, block_bytes)
+    return cm
+
+
+def _make_cost_model(cfg, model, hw) -> CostModel:
     """The cost model a config asks for: ``profiled`` when a profile for (hardware, model, dtype)
     exists (``auto``) or is demanded (``profiled``, an error if missing); else ``kerneldb`` when
     the aiconfigurator-core database is installed and covers the GPU and dtype (``auto``) or is

@@ -66,6 +66,7 @@ from sim.catalog import COMPUTE_DTYPE, DTYPE_BYTES, EXPERTS_ONLY, HardwareCard, 
 from sim.cost.memory import kv_bytes_per_token_per_gpu, weight_bytes
 from sim.cost.ops import ShardShapes, expert_tokens, shard_shapes
 from sim.kv.blocks import DEFAULT_BLOCK_SIZE
+from sim.kv.tiers import HostLink
 from sim.types import BatchShape, StepTime
 
 
@@ -171,6 +172,7 @@ class RooflineCostModel:
     params_source = "defaults"  # or where fitted efficiency factors came from
     fallback_reason: str | None = None
     """Why the measured kernel database does not price this run (``cost.model: auto`` fell back)."""
+    link: HostLink | None = None  # ``host_link``'s answer, once asked (or set by ``make_cost_model``)
 
     def describe(self) -> dict | None:
         """What priced the run, for ``summary.json``'s ``cost_model`` block: only when the
@@ -466,7 +468,9 @@ class RooflineCostModel:
     def step_time(self, shape: BatchShape) -> StepTime:
         nt, cl = shape.new_tokens, shape.context_lens
         n, dec_n = len(nt), nt.count(1)  # single-token sequences decode, the others are prefill chunks
-        swapped = shape.blocks_swapped_in + shape.blocks_swapped_out
+        swapped = shape.blocks_swapped_in + shape.blocks_swapped_out  # from here: the swap term's seconds
+        if swapped or shape.blocks_loaded or shape.blocks_loaded_disk:
+            swapped = self.host_link().seconds(swapped, shape.blocks_loaded, shape.blocks_loaded_disk)
         if dec_n == n:
             return self._price(sum(nt), n, [], n, sum(cl) + n, max(cl) + 1 if n else 0, swapped)
         if dec_n == n - 1:  # one chunk (the common mixed step): its tokens are all but the decodes'
@@ -686,7 +690,15 @@ class RooflineCostModel:
         return {"total": total, "gemm": full(gemm), "attn_prefill": full(0.0), "attn_decode": ad, "comm": full(comm),
                 "other_gpu": full(other), "cpu": full(cpu), "swap": full(0.0), "source": self.source}
 
-    def _price(self, tokens: int, n: int, chunks, dec_n: int, dec_kv: int, dec_max: int, swapped: int) -> StepTime:
+    def host_link(self) -> HostLink:
+        """What prices blocks moved over the host link (swaps, tier loads): the config's
+        (``sim.kv.tiers.host_link``, set by ``make_cost_model``) or the card's link alone."""
+        if self.link is None:
+            block_bytes = self.block_size * kv_bytes_per_token_per_gpu(self.model, self.tp, self.pp, self.kv_dtype)
+            self.link = HostLink(block_bytes, self.hw.host_bw)
+        return self.link
+
+    def _price(self, tokens: int, n: int, chunks, dec_n: int, dec_kv: int, dec_max: int, swapped: float) -> StepTime:
         """The StepTime of a step's aggregates (``step_time``'s, ``decode_step``'s). The fixed part
         of a step with one prefill chunk (all but its decode attention and swap: the same values,
         computed by ``_fixed_part`` once) is memoised by (tokens, sequences, chunk) where this class
@@ -721,10 +733,7 @@ class RooflineCostModel:
         self._oor += oor
         if self.p.grows():  # per token of the step; per context token of its sequences after it
             cpu = cpu + self.p.cpu_per_token_s * tokens + self.p.cpu_per_seq_ctx_s * (dec_kv + sum(q + c for q, c in chunks))
-        swap = 0.0
-        if swapped:
-            block_bytes = self.block_size * kv_bytes_per_token_per_gpu(self.model, self.tp, self.pp, self.kv_dtype)
-            swap = swapped * block_bytes / self.hw.host_bw
+        swap = swapped if swapped else 0.0  # seconds over the host link (``host_link``)
         total = gemm + ap + ad + comm + other + cpu + swap
         return StepTime(total, gemm, ap, ad, comm, other, cpu, swap, self.source, oor & COUNT_MASK)
 

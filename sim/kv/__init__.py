@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sim.kv.blocks import KVManager
 from sim.kv.prefix import PrefixKVManager
+from sim.kv.tiers import HostLink, TieredKVManager, TierTally, host_tier_blocks, tier_blocks, tier_refusal
 
 GIB = 2**30
 
@@ -14,8 +15,14 @@ def swap_space_blocks(swap_space_gib: float, block_bytes: float) -> int:
     return int(swap_space_gib * GIB // block_bytes) if block_bytes > 0 else 0
 
 
-def make_kv_manager(kv_cfg, num_blocks: int, block_bytes: float) -> KVManager:
-    """The KV manager the ``kv:`` config section asks for (one per replica)."""
+def make_kv_manager(kv_cfg, num_blocks: int, block_bytes: float, tally: TierTally | None = None) -> KVManager:
+    """The KV manager the ``kv:`` config section asks for (one per replica); ``tally``: where a
+    tiered cache counts its hits and moves (shared by a run's replicas)."""
+    if kv_cfg.host_tier is not None:
+        return TieredKVManager(num_blocks, kv_cfg.block_size, kv_cfg.watermark,
+                               host_blocks=host_tier_blocks(kv_cfg, block_bytes),
+                               disk_blocks=tier_blocks(kv_cfg.disk_offload_gib, None, block_bytes),
+                               swap=kv_cfg.preemption == "swap", eviction=kv_cfg.eviction, tally=tally)
     swap = swap_space_blocks(kv_cfg.swap_space_gib, block_bytes) if kv_cfg.preemption == "swap" else 0
     if kv_cfg.prefix_caching:
         return PrefixKVManager(num_blocks, kv_cfg.block_size, kv_cfg.watermark, swap_blocks=swap,
@@ -23,4 +30,5 @@ def make_kv_manager(kv_cfg, num_blocks: int, block_bytes: float) -> KVManager:
     return KVManager(num_blocks, kv_cfg.block_size, kv_cfg.watermark, swap_blocks=swap)
 
 
-__all__ = ["KVManager", "PrefixKVManager", "make_kv_manager", "swap_space_blocks"]
+__all__ = ["HostLink", "KVManager", "PrefixKVManager", "TierTally", "TieredKVManager", "host_tier_blocks",
+           "make_kv_manager", "swap_space_blocks", "tier_refusal"]

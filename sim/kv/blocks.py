@@ -35,6 +35,9 @@ class KVManager:
     covered_is_noop = True
     """True when ``allocate`` for tokens a request's blocks already cover changes nothing (the
     schedulers then skip the call on their hot path; prefix caching registers full blocks then)."""
+    tiered = False
+    """True for a manager with lower tiers (``sim.kv.tiers``), whose admissions may load blocks
+    (``record_loads``)."""
     bulk_growth = True
     """True when growing a request by a block is a plain count, so the decode fast-forward's
     block grower may grow many requests at once (``add_blocks``) instead of block by block in

@@ -95,6 +95,10 @@ class CachedBlockPool:
     per block it touches (O(log n) per heap push or pop); nothing walks the pool.
     """
 
+    on_evict = None
+    """Called with the hashes of the blocks each eviction drops, oldest first (a tiered cache's
+    host tier: ``sim.kv.tiers``); None: they are lost."""
+
     def __init__(self, num_blocks: int, eviction: str = "lru"):
         if num_blocks <= 0:
             raise ValueError("a block pool needs at least one block")
@@ -173,6 +177,8 @@ class CachedBlockPool:
                 if v == version[b] and self.ref[b] == 0:
                     version[b] += 1
                     out.append(b)
+        if self.on_evict is not None:  # a lower tier takes the evicted hashes, oldest first
+            self.on_evict([hash_of[b] for b in out])
         for b in out:
             del block_of[hash_of[b]]
             hash_of[b] = None
@@ -325,6 +331,15 @@ class PrefixKVManager(KVManager):
         self._last_hits = (chain, out)
         return out
 
+    def _loadable(self, chain: list[int], start: int, end: int) -> bool:
+        """Whether ``chain[start:end]`` (past the GPU hit) can be loaded from a lower tier; never
+        here (``sim.kv.tiers.TieredKVManager`` has lower tiers)."""
+        return False
+
+    def _load(self, hashes: list[int]) -> None:
+        """Take ``hashes`` out of the lower tiers for loading (only after ``_loadable``)."""
+        raise AssertionError("no lower tier")
+
     def cached_blocks(self, chain: list[int]) -> int:
         block_of, n = self.pool.block_of, 0
         for h in chain:
@@ -353,7 +368,8 @@ class PrefixKVManager(KVManager):
             known = self._hit_blocks(chain)
             k = cached_tokens // self.block_size
             hits = known[:k]
-            if len(hits) * self.block_size < cached_tokens:
+            g = len(hits)
+            if g < k and not self._loadable(chain, g, k):
                 return False  # the promised hit was evicted since prefix_hit answered
             fresh = max(0, self.blocks_for(total_tokens) - len(hits))
             if not self.can_allocate(fresh, admit=admit):
@@ -365,10 +381,12 @@ class PrefixKVManager(KVManager):
                 if not self.can_allocate(fresh + free_hits, admit=admit):
                     return False
             pool.claim(hits)
+            if g < k:  # the rest of the hit comes from a lower tier, into fresh blocks
+                self._load(chain[g:k])
             self.tables[req_id] = table = hits + pool.take(fresh)
             self.held[req_id] = len(table)
             self._chains[req_id] = chain
-            self._registered[req_id] = len(hits)
+            self._registered[req_id] = g
         elif not super().allocate(req_id, total_tokens, admit=admit):
             return False
         self.tables.setdefault(req_id, [])  # an allocation of no blocks still opens the table

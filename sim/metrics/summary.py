@@ -362,7 +362,7 @@ def summarize(out, req: pd.DataFrame | RequestColumns, steps: pd.DataFrame, wall
         "kv": {**out.memory, "peak_blocks_used": int(log.peak_kv_blocks), "gpu_memory_source": memory_source(first)},
         "precision": {"weights": cfg.dtype, "activations": cfg.act_dtype, "kv_cache": cfg.kv_dtype,
                       "communication": cfg.comm_dtype},
-        "prefix_cache": prefix_cache(cfg, tally),
+        "prefix_cache": prefix_cache(cfg, tally, getattr(out, "kv_tiers", None)),
         "workload": out.workload_info,
         "cost_model": cost_block,
         "error_band": error_band(getattr(out, "cost_info", None), out.cost_source, first.hardware, first.dtype, in_flight,
@@ -462,12 +462,33 @@ def memory_source(cfg) -> str:
     return f"driver-reported total ({hw.usable_memory_gib:g} GiB of {hw.memory_gib:g} GiB datasheet): {hw.usable_memory_source}"
 
 
-def prefix_cache(cfg, tally: Tally) -> dict:
+def prefix_cache(cfg, tally: Tally, tiers: dict | None = None) -> dict:
     """Hit rate = prompt tokens served from the prefix cache at first admission / prompt tokens of
-    the admitted (not rejected) requests; saved prefill tokens = those cached tokens."""
+    the admitted (not rejected) requests; saved prefill tokens = those cached tokens. With a
+    tiered cache (``tiers``: ``sim.kv.tiers.tier_block``), ``tiers`` splits them by the tier
+    that served them (the GPU's share is what host and disk did not serve), with each tier's
+    size and block moves."""
     prompt, cached = tally.admitted_prompt, tally.cached
-    return {"enabled": cfg.kv.prefix_caching, "eviction": cfg.kv.eviction, "prompt_tokens": prompt,
-            "saved_prefill_tokens": cached, "hit_rate": cached / prompt if prompt else None}
+    out = {"enabled": cfg.kv.prefix_caching, "eviction": cfg.kv.eviction, "prompt_tokens": prompt,
+           "saved_prefill_tokens": cached, "hit_rate": cached / prompt if prompt else None}
+    if tiers is not None:
+        out["tiers"] = tier_split(tiers, prompt, cached)
+    return out
+
+
+def tier_split(t: dict, prompt: int, cached: int) -> dict:
+    """``prefix_cache``'s ``tiers`` block."""
+    rate = (lambda n: n / prompt if prompt else None)  # noqa: E731
+    host, disk = t["hit_tokens_host"], t["hit_tokens_disk"]
+    out = {"gpu": {"hit_tokens": cached - host - disk, "hit_rate": rate(cached - host - disk)},
+           "host": {"blocks": t["host_blocks"], "gib_per_gpu": t["host_gib"], "hit_tokens": host,
+                    "hit_rate": rate(host), "offloaded_blocks": t["offloaded"], "loaded_blocks": t["loaded_host"],
+                    "to_disk_blocks": t["to_disk"]},
+           "dropped_blocks": t["dropped"], "superseded_blocks": t["superseded"]}
+    if t["disk_blocks"]:
+        out["disk"] = {"blocks": t["disk_blocks"], "gib_per_gpu": t["disk_gib"], "hit_tokens": disk,
+                       "hit_rate": rate(disk), "loaded_blocks": t["loaded_disk"]}
+    return out
 
 
 def clean_json(obj):

@@ -283,6 +283,8 @@ class Scheduler:
             return False
         if cached:
             plan.cached_tokens[r.id] = cached
+            if kv.tiered:  # blocks loaded from a lower tier: priced with the step, counted per tier
+                kv.record_loads(plan, r.first_scheduled_s is None)
         return True
 
     def schedule_decodes(self, plan: StepPlan) -> None:

@@ -156,6 +156,9 @@ class TraceConfig(_Strict):
     model_filter: list[str] | None = Field(default=None, description="BurstGPT: keep these Model values")
     log_type_filter: list[str] | None = Field(default=None, description="BurstGPT: keep these Log Type values")
     reorder_window_s: float = Field(default=1.0, ge=0, description="tolerated timestamp disorder")
+    acceptance_column: str | None = Field(default=None, description=(
+        "the column holding each request's measured draft acceptance rate in [0, 1]; set from "
+        "speculative.acceptance (trace: column 'acceptance', or the column's name)"))
     arrivals: Literal["recorded", "poisson", "constant"] = Field(default="recorded", description=(
         "recorded: the trace's times; poisson: times re-drawn from the seed as a Poisson process at the "
         "trace's mean rate (after rate / rate_scale), each request keeping its lengths, order and prefix; "

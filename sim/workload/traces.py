@@ -356,6 +356,9 @@ def raw_rows(cfg: WorkloadConfig, info: dict, rng: np.random.Generator) -> Itera
     def bad(line: int, msg: str) -> None:
         _bad_row(tc, info, line, msg)
 
+    if tc.acceptance_column is not None and fmt.name == "sharegpt":
+        raise TraceError(f"{tc.path}: a ShareGPT trace has no per-request column to read acceptance rates from "
+                         "(speculative.acceptance: trace)")
     with open_text(tc.path) as f:
         yield from fmt.read(f, cfg, info, bad, rng)
 
@@ -486,7 +489,7 @@ def _csv(f, tc: TraceConfig, info: dict, bad: Callable, maker: Callable, fmt: st
     missing = [c for c in FORMATS[fmt].columns if c not in col]
     if missing:
         raise TraceError(f"{tc.path}, line 1: the header lacks column(s) {', '.join(missing)} of the {fmt} format")
-    parse, width = maker(col, tc, info), len(header)
+    parse, width = _accepting_csv(maker, tc)(col, tc, info), len(header)
     while True:
         try:
             r = next(reader)
@@ -508,6 +511,47 @@ def _csv(f, tc: TraceConfig, info: dict, bad: Callable, maker: Callable, fmt: st
             continue
         if out is not None:
             yield out[0], line, out[1], out[2], out[3]
+
+
+def _acceptance(v, col: str) -> float:
+    """A measured draft acceptance rate in [0, 1] (column ``col``)."""
+    try:
+        a = float(v)
+        if isinstance(v, bool) or not 0.0 <= a <= 1.0:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise _Bad(f"{col} {v!r} is not an acceptance rate in [0, 1]") from None
+    return a
+
+
+def _with_acceptance(out, a: float):
+    """Row ``out`` (a parser's) with its request's acceptance rate among the extra fields."""
+    if out is None:
+        return None
+    return out[0], out[1], out[2], {**(out[3] or {}), "acceptance": a}
+
+
+def _accepting_csv(maker: Callable, tc: TraceConfig) -> Callable:
+    """``maker`` whose rows also read ``tc.acceptance_column`` (any CSV format)."""
+    name = tc.acceptance_column
+    if name is None:
+        return maker
+
+    def make(col, tc, info):
+        if name not in col:
+            raise TraceError(f"{tc.path}, line 1: the header lacks column {name} (speculative.acceptance)")
+        parse, i = maker(col, tc, info), col[name]
+        return lambda r: _with_acceptance(parse(r), _acceptance(r[i], name))
+
+    return make
+
+
+def _accepting(parse: Callable, tc: TraceConfig) -> Callable:
+    """``parse`` (a JSON object's) also reading ``tc.acceptance_column``."""
+    name = tc.acceptance_column
+    if name is None:
+        return parse
+    return lambda obj: _with_acceptance(parse(obj), _acceptance(_get(obj, name), name))
 
 
 # ---- JSON formats -------------------------------------------------------------------------
@@ -710,7 +754,7 @@ def trace_lengths(path: str, fmt: str = "auto") -> tuple[np.ndarray, np.ndarray]
 
 def _read_generic(f, cfg, info, bad, rng):
     if _first_char(f) == "{":
-        return _jsonl(f, info, bad, _generic_obj)
+        return _jsonl(f, info, bad, _accepting(_generic_obj, cfg.trace))
     return _csv(f, cfg.trace, info, bad, _generic_csv, "generic")
 
 
@@ -718,7 +762,7 @@ FORMATS: dict[str, TraceFormat] = {t.name: t for t in (
     TraceFormat("sharegpt", "ShareGPT", ("list", "object"), ("conversations",), _sharegpt,
                 detect=lambda h: h.kind == "list" or (h.kind == "object" and "conversations" in h.keys)),
     TraceFormat("mooncake", "Mooncake", ("object",), ("timestamp", "input_length", "output_length"),
-                lambda f, cfg, info, bad, rng: _jsonl(f, info, bad, _mooncake)),
+                lambda f, cfg, info, bad, rng: _jsonl(f, info, bad, _accepting(_mooncake, cfg.trace))),
     TraceFormat("azure", "Azure", ("csv",), ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
                 lambda f, cfg, info, bad, rng: _csv(f, cfg.trace, info, bad, _azure, "azure")),
     TraceFormat("burstgpt", "BurstGPT", ("csv",), ("Timestamp", "Request tokens", "Response tokens"),
