@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # the checkout this script is in, whatever is installed
 AZURE = REPO.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
 

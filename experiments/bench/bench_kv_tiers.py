@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # the checkout this script is in, whatever is installed
 MOONCAKE = REPO.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 OUT = {"plots": False, "progress": False}
 

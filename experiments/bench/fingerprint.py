@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim import simulate
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout this script is in, whatever is installed
+from sim import simulate  # noqa: E402
 
 TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 SCHEDULERS = ("vllm_v1", "vllm", "sarathi", "orca", "static", "priority", "sjf", "srpt", "lookahead", "trtllm")
