@@ -93,6 +93,9 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
     df = df[df["mode"] == mode]
     skipped: Counter = Counter()
     ids = df["model_path"].map(lambda p: catalog_model(str(p)))
+    # InferenceMAX's DeepSeek-R1 runs (model prefix dsr1) that the database dump labels DeepSeek-V3
+    ids = ids.where(~(df["id"].astype(str).str.startswith("dsr1_") & df["silicon_data_source"].astype(str)
+                      .str.startswith(INFERENCEMAX_SOURCES) & (ids == "deepseek-v3")), "deepseek-r1")
     df = df.assign(model=ids, hardware=df["system"].map(HARDWARE))
     if systems:
         want = {HARDWARE.get(s, s) for s in systems}
@@ -101,6 +104,9 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
         df = df[df["backend"].isin(backends)]
     if models:
         df = df[df["model"].isin(models) | df["model_path"].isin(models)]
+    places = [placement(r) for _, r in df.iterrows()]
+    df = df.assign(concurrency=[concurrency(r) for _, r in df.iterrows()],
+                   tp=[t for t, _, _ in places], ep=[e for _, e, _ in places], dp=[d for _, _, d in places])
     df, dups = deduplicate(df)
     if dups:
         skipped["duplicate of another row's measurement (same configuration, same measured TTFT and TPOT)"] += dups
@@ -110,13 +116,11 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
             skipped[f"model not in the catalog ({r['model_path']})"] += 1
         elif r["hardware"] is None or (isinstance(r["hardware"], float) and math.isnan(r["hardware"])):
             skipped[f"system not in the catalog ({r['system']})"] += 1
-        elif (r.get("attention_dp_size") or 1) > 1:
-            skipped[ATTENTION_DP] += 1
-        elif _recorded_concurrency(r) not in (None, r["batch_size"]):
+        elif not attention_dp(r) and _recorded_concurrency(r) not in (None, r["batch_size"]):
             skipped["batch size differs from the recorded concurrency (silicon_concurrency)"] += 1
         elif (r.get("pp_size") or 1) != 1:
             skipped["pipeline parallelism"] += 1
-        elif _is_moe(r["model"]) and _moe_split(r) not in (None, r["tp_size"]):
+        elif not attention_dp(r) and _is_moe(r["model"]) and _moe_split(r) not in (None, r["tp_size"]):
             skipped["MoE tensor parallelism differs from attention TP"] += 1
         else:
             keep.append(i)
@@ -124,19 +128,19 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
     prec = df["precision"].where(df["precision"].notna(), "bf16")
     native = df["model"].map(FP4_CHECKPOINT)
     prec = prec.replace(PRECISION).where(~((prec == "fp4") & native.notna()), native)
-    tp_ep = [placement(r) for _, r in df.iterrows()]
-    df = df.assign(dtype=prec.astype(str), concurrency=df["batch_size"].astype(int),
-                   tp=[t for t, _ in tp_ep], ep=[e for _, e in tp_ep])
+    df = df.assign(dtype=prec.astype(str), speculative=[mtp_run(r) for _, r in df.iterrows()])
     if limit is not None:
         df = df.head(limit)
     return df.reset_index(drop=True), skipped
 
 
-MEASUREMENT = ("model_path", "system", "backend", "precision", "mode", "isl", "osl", "batch_size", "tp_size", "pp_size",
-               "attention_dp_size", "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
-"""What identifies one measurement: the csv holds some twice (InferenceMAX's DeepSeek-R1, gpt-oss, GLM-5 and
-MiniMax-M2.5 runs in both ``2026-03-25.csv`` and ``2026-04-06.csv``, some also in a database dump), with the
-same configuration and the same measured TTFT and TPOT but different provenance strings."""
+MEASUREMENT = ("model_path", "system", "backend", "precision", "mode", "isl", "osl", "concurrency", "tp", "ep", "dp", "pp_size",
+               "silicon_ttft_ms", "silicon_tpot_ms")
+"""What identifies one measurement, in the placement it ran with (``placement``, ``concurrency``): the csv
+holds some twice (InferenceMAX's DeepSeek-R1, gpt-oss, GLM-5 and MiniMax-M2.5 runs in both ``2026-03-25.csv``
+and ``2026-04-06.csv``, some also in a database dump), with the same configuration and the same measured TTFT
+and TPOT but different provenance strings, and for the expert- and attention-data-parallel runs different
+encodings of the same placement (``2026-04-06.csv`` records TP x EP where ``2026-03-25.csv`` records the GPUs)."""
 
 
 def deduplicate(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -146,37 +150,153 @@ def deduplicate(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return df[~dup], int(dup.sum())
 
 
-ATTENTION_DP = "attention data parallelism (dp > 1: its rows are not replayed yet)"
-"""The skip reason of the rows measured with attention data parallelism, counted apart: the cost
-model prices their steps (``sim.cost.expert_parallel``), the engine does not run DP ranks yet."""
-
-
 def _is_moe(model_id: str) -> bool:
     from sim.catalog import get_model
 
     return get_model(model_id).is_moe
 
 
-def placement(r) -> tuple[int, int]:
-    """(attention tp, expert-parallel degree) a row ran with. InferenceMAX's expert-parallel rows
-    record ``tp_size`` as TP x EP (``..._tp8_ep8_...`` has ``tp_size`` 64, ``moe_tp_size`` 8,
-    ``moe_ep_size`` 8: eight GPUs of one node): the TP and EP of the row's id when it names them and
-    their product is ``tp_size``; else, for the same square pattern (``moe_tp_size`` =
-    ``moe_ep_size`` > 1, ``tp_size`` their product; the database dump's copies, whose ids name no
-    TP), TP = EP = ``moe_ep_size``; else ``tp_size`` and ``moe_ep_size`` as recorded."""
+def _num(r, key, default=1) -> int:
+    v = r.get(key)
+    return default if v is None or (isinstance(v, float) and math.isnan(v)) or v <= 0 else int(v)
+
+
+def attention_dp(r) -> bool:
+    """Whether a row ran with attention data parallelism (``attention_dp_size`` > 1)."""
+    return _num(r, "attention_dp_size") > 1
+
+
+def placement(r) -> tuple[int, int, int]:
+    """(attention tp, expert-parallel degree, attention-DP ranks) a row ran with.
+
+    Without attention DP: InferenceMAX's expert-parallel rows record ``tp_size`` as TP x EP
+    (``..._tp8_ep8_...`` has ``tp_size`` 64, ``moe_tp_size`` 8, ``moe_ep_size`` 8: eight GPUs of
+    one node): the TP and EP of the row's id when it names them and their product is ``tp_size``;
+    else, for the same square pattern (``moe_tp_size`` = ``moe_ep_size`` > 1, ``tp_size`` their
+    product; the database dump's copies, whose ids name no TP), TP = EP = ``moe_ep_size``; else
+    ``tp_size`` and ``moe_ep_size`` as recorded.
+
+    With attention DP (``attention_dp_size`` > 1) every GPU is one rank of attention TP 1, as the
+    launch scripts run them (InferenceMAX ``benchmarks/``): vLLM ``--tensor-parallel-size=1
+    --data-parallel-size=$TP --enable-expert-parallel`` (ranks = EP = the GPUs; the database
+    dump records ``tp_size`` = the GPUs and ``moe_ep_size`` = TP x EP of its config), TRT-LLM
+    ``trtllm-serve --tp_size=$TP --ep_size=$EP_SIZE`` with ``enable_attention_dp: true`` (ranks =
+    TP GPUs, experts EP ways, each ``TP / EP`` wide). TRT-LLM's GPUs and EP: the id's
+    ``tpN[_0]_epM[_0]`` when it names them; else ``2026-04-06.csv``'s and the dump's encoding
+    (``moe_tp_size`` = the GPUs, ``moe_ep_size`` = EP, ``attention_dp_size`` their product);
+    else ``2026-03-25.csv``'s (``attention_dp_size`` = the GPUs, ``moe_ep_size`` = EP)."""
     import re
 
-    def num(key, default=1):
-        v = r.get(key)
-        return default if v is None or (isinstance(v, float) and math.isnan(v)) or v <= 0 else int(v)
-
-    tp, mtp, mep = num("tp_size"), num("moe_tp_size"), num("moe_ep_size")
+    tp, mtp, mep, dp = _num(r, "tp_size"), _num(r, "moe_tp_size"), _num(r, "moe_ep_size"), _num(r, "attention_dp_size")
+    if dp > 1:
+        if r.get("backend") == "vllm":
+            return 1, tp, tp
+        m = re.search(r"_tp(\d+)(?:_0)?_ep(\d+)(?:_0)?_", str(r.get("id", "")))
+        if m:
+            gpus, ep = int(m.group(1)), int(m.group(2))
+        elif mtp > 1 and dp == mtp * mep:
+            gpus, ep = mtp, mep
+        else:
+            gpus, ep = dp, mep
+        return 1, ep, gpus
     m = re.search(r"_tp(\d+)_ep(\d+)_", str(r.get("id", "")))
     if m and int(m.group(2)) > 1 and int(m.group(1)) * int(m.group(2)) == tp:
-        return int(m.group(1)), int(m.group(2))
+        return int(m.group(1)), int(m.group(2)), 1
     if mep > 1 and mtp == mep and tp == mtp * mep:
-        return mep, mep
-    return tp, mep
+        return mep, mep, 1
+    return tp, mep, 1
+
+
+def concurrency(r) -> int:
+    """The benchmark's concurrent clients: ``batch_size``, except with attention DP, where
+    ``batch_size`` is one rank's share (or, in ``2026-04-06.csv``, the clients over TP x EP) and
+    ``silicon_concurrency`` is the clients."""
+    if attention_dp(r):
+        rec = _recorded_concurrency(r)
+        if rec is not None:
+            return rec
+        return int(r["batch_size"]) * _num(r, "attention_dp_size")
+    return int(r["batch_size"])
+
+
+MTP_SOURCE = ("InferenceMAX .github/configs/nvidia-master.yaml (SemiAnalysisAI/InferenceX, commit 0004cf5f), "
+              "entries dsr1-{fp4,fp8}-b200-trt[-mtp] and dsr1-fp8-h200-trt[-mtp], with benchmarks/dsr1_*_trt_mtp.sh")
+"""Where the MTP runs of InferenceMAX's DeepSeek-R1 TRT-LLM rows are read from."""
+DSR1_TRT_SEARCH = {
+    # (system, precision, isl, osl) -> (search space without speculation, with MTP); entries
+    # (tp, ep, dp-attn, first concurrency, last concurrency), concurrencies the powers of two between
+    ("b200_sxm", "fp4", 1024, 1024): (
+        ((4, 1, False, 4, 16), (4, 4, True, 256, 256), (8, 1, False, 4, 4), (8, 8, False, 64, 64), (8, 8, True, 128, 256)),
+        ((4, 1, False, 4, 8), (4, 4, True, 256, 256), (8, 1, False, 4, 4), (8, 1, False, 128, 128),
+         (8, 8, False, 32, 128), (8, 8, True, 32, 64))),
+    ("b200_sxm", "fp4", 1024, 8192): (
+        ((4, 1, False, 4, 16), (4, 4, True, 256, 256), (8, 1, False, 4, 4), (8, 8, False, 64, 64), (8, 8, True, 128, 256)),
+        ((4, 1, False, 16, 16), (4, 4, False, 8, 8), (4, 4, True, 256, 256), (8, 1, False, 4, 8),
+         (8, 8, False, 32, 64), (8, 8, True, 128, 256))),
+    ("b200_sxm", "fp4", 8192, 1024): (
+        ((4, 1, False, 4, 32), (4, 4, False, 32, 32), (4, 4, True, 256, 256), (8, 1, False, 4, 4), (8, 8, True, 128, 256)),
+        ((4, 1, False, 4, 16), (4, 4, False, 32, 32), (4, 4, True, 256, 256), (8, 1, False, 4, 4), (8, 8, True, 64, 256))),
+    ("b200_sxm", "fp8", 1024, 1024): (
+        ((8, 1, False, 64, 128), (4, 1, False, 8, 16), (8, 1, False, 4, 8)),
+        ((8, 1, False, 4, 128), (8, 8, True, 256, 256))),
+    ("b200_sxm", "fp8", 1024, 8192): (
+        ((8, 8, True, 256, 256), (8, 1, False, 4, 128)),
+        ((8, 1, False, 4, 64), (8, 8, True, 128, 256))),
+    ("b200_sxm", "fp8", 8192, 1024): (
+        ((8, 1, False, 64, 256), (4, 1, False, 8, 32), (8, 1, False, 4, 8)),
+        ((8, 1, False, 4, 256),)),
+    ("h200_sxm", "fp8", 1024, 1024): (
+        ((8, 8, False, 4, 64),),
+        ((8, 8, False, 4, 64), (8, 8, True, 128, 256))),
+    ("h200_sxm", "fp8", 1024, 8192): (
+        ((8, 8, False, 4, 64),),
+        ((8, 8, False, 4, 128), (8, 8, True, 256, 256))),
+    ("h200_sxm", "fp8", 8192, 1024): (
+        ((8, 8, False, 4, 32), (8, 8, True, 64, 64)),
+        ((8, 8, False, 4, 32), (8, 8, True, 64, 256))),
+}
+"""The search spaces of InferenceMAX's single-node DeepSeek-R1 TRT-LLM entries (``MTP_SOURCE``):
+which (TP, EP, attention DP, concurrency) it measured without speculation and with MTP."""
+DSR1_TRT_IMAGES = {"b200_sxm": ("1.2.0rc6.post2", "1.2.0rc6.post3"), "h200_sxm": ("1.1.0rc2.post2", "1.1.0rc2.post2")}
+"""The TRT-LLM release each of those entries runs (without speculation, with MTP)."""
+
+
+def _in_space(space, gpus: int, ep: int, dp: bool, c: int) -> bool:
+    return any(t == gpus and e == ep and d == dp and lo <= c <= hi and c & (c - 1) == 0 for t, e, d, lo, hi in space)
+
+
+def mtp_run(r) -> str:
+    """Whether a row was measured with MTP speculative decoding, read from InferenceMAX's launch
+    configuration (``MTP_SOURCE``): ``mtp`` where its placement and concurrency lie only in the
+    ``-mtp`` entry's search space, or in both and the row's TRT-LLM release is the one only the
+    ``-mtp`` entry runs (B200: 1.2.0rc6.post3 against 1.2.0rc6.post2); ``none`` where they lie only
+    in the entry without speculation or the release is its own; ``unknown`` where the configuration
+    cannot tell (H200: both entries run the same release; a placement in neither search space);
+    ``""`` for rows of other models, frameworks or provenance. Only InferenceMAX's DeepSeek-R1
+    TRT-LLM rows (its ``dsr1`` runs, some of which the database dump labels DeepSeek-V3) apply."""
+    if not (r.get("backend") == "trtllm" and inferencemax(r)
+            and (r.get("model") == "deepseek-r1" or str(r.get("id", "")).startswith("dsr1_"))):
+        return ""
+    key = (r.get("system"), r.get("precision"), int(r["isl"]), int(r["osl"]))
+    if key not in DSR1_TRT_SEARCH:
+        return "unknown"
+    stp, mtp = DSR1_TRT_SEARCH[key]
+    dp = int(r.get("dp", 1) or 1)
+    gpus = int(r["tp"]) * dp
+    point = (gpus, int(r.get("ep", 1) or 1), dp > 1, int(r["concurrency"]))
+    in_stp, in_mtp = _in_space(stp, *point), _in_space(mtp, *point)
+    if in_mtp != in_stp:
+        return "mtp" if in_mtp else "none"
+    plain, spec = DSR1_TRT_IMAGES[key[0]]
+    version = str(r.get("backend_version", ""))
+    if in_mtp and plain != spec and version in (plain, spec):
+        return "mtp" if version == spec else "none"
+    return "unknown"
+
+
+MTP_TOKENS = {False: 3, True: 1}
+"""Draft tokens per verification in InferenceMAX's ``dsr1_*_trt_mtp.sh`` (``num_nextn_predict_layers``:
+3, or 1 with attention DP)."""
 
 
 def _recorded_concurrency(r) -> int | None:
@@ -329,6 +449,13 @@ def server(row, client: Client) -> dict:
             sched["max_num_batched_tokens"] = 16384
             if isl == osl == 1024 and tp < 8:
                 sched |= {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+        elif script == "dsr1" and row.get("speculative") == "mtp":
+            # dsr1_*_trt_mtp.sh: max_batch_size CONC (CONC / TP with attention DP), max_num_tokens
+            # ((MTP + 1) x max_batch_size + ISL + 64 + 63) rounded down to 64
+            dp = int(row.get("dp", 1) or 1)
+            batch = c // dp if dp > 1 else c
+            k = MTP_TOKENS[dp > 1]
+            sched |= {"max_num_batched_tokens": ((k + 1) * batch + isl + 64 + 63) // 64 * 64, "max_num_seqs": batch}
         elif script == "dsr1":
             max_isl = round(isl * (1 + client.range_ratio + 0.05))
             sched |= {"max_num_batched_tokens": (c + max_isl + 64 + 63) // 64 * 64, "max_num_seqs": c}
@@ -377,8 +504,11 @@ def row_config(r, cost_model: str, client: Client | None = None, think_s: float 
     srv = server(r, client)
     return {
         "model": r["model"], "hardware": r["hardware"], "dtype": r["dtype"],
-        "parallelism": {"tp": int(r["tp"]), **({"ep": int(r["ep"])} if int(r.get("ep", 1) or 1) > 1 else {})},
+        "parallelism": {"tp": int(r["tp"]), **({"ep": int(r["ep"])} if int(r.get("ep", 1) or 1) > 1 else {}),
+                        **({"dp": int(r["dp"])} if int(r.get("dp", 1) or 1) > 1 else {})},
         "scheduler": {"max_num_seqs": max(256, c), **srv["scheduler"]},
+        **({"speculative": {"method": "mtp", "num_speculative_tokens": MTP_TOKENS[int(r.get("dp", 1) or 1) > 1]}}
+           if r.get("speculative") == "mtp" else {}),
         "kv": srv["kv"],
         "workload": {"num_requests": c, "prompt": lengths(int(r["isl"]), client.range_ratio),
                      "output": lengths(int(r["osl"]), client.range_ratio),
@@ -538,7 +668,9 @@ def score(pred: pd.DataFrame, models: list[str]) -> dict:
         by_model = []
         if "model" in d:
             ep = d["ep"].astype(int) if "ep" in d else pd.Series(1, index=d.index)
-            par = "tp" + d["tp"].astype(int).astype(str) + np.where(ep > 1, " ep" + ep.astype(str), "")
+            dp = d["dp"].fillna(1).astype(int) if "dp" in d else pd.Series(1, index=d.index)
+            par = ("tp" + d["tp"].astype(int).astype(str) + np.where(ep > 1, " ep" + ep.astype(str), "")
+                   + np.where(dp > 1, " dp" + dp.astype(str), ""))
             d = d.assign(parallelism=par)
             for (m, s, b, p), g in d.groupby(["model", "system", "backend", "parallelism"], sort=True):
                 by_model.append({"model": m, "system": s, "backend": b, "parallelism": p, **stats(g)})
