@@ -221,6 +221,7 @@ class KernelDbMoeCostModel(KernelDbCostModel):
     def __init__(self, model, hw, *, framework: str, version: str, system: str, arrays: dict, **kw):
         RooflineCostModel.__init__(self, model, hw, **kw)
         self._start_tables(framework, version, system, arrays)
+        self._group_memo: dict = {}  # moe and dp_exchange by tokens (``_memo``)
         self.gemm_dtype, self.moe_dtype = weight_formats(model, self.dtype)
         if model.id in FP8_CHANNEL_MODELS and self.moe_dtype == "fp8_block":
             self.notes.append("fp8 experts of a per-channel / dynamic fp8 checkpoint: the fp8_block MoE rows (the "
@@ -333,6 +334,9 @@ class KernelDbMoeCostModel(KernelDbCostModel):
     def dp_exchange(self, tokens: int) -> float:
         if self.dp <= 1 or tokens <= 0:
             return 0.0
+        return self._memo(self._group_memo, ("exchange", tokens), lambda: self._exchange_lookup(tokens))
+
+    def _exchange_lookup(self, tokens: int) -> float:
         if self._a2a is not None:  # each rank dispatches and combines its own tokens
             per = float(max(1, -(-tokens // self.dp)))
             roof = lambda x: RooflineCostModel.dp_exchange(self, int(x[0]) * self.dp) / 2  # noqa: E731
@@ -344,8 +348,14 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         return sum(self._lookup(g, roof, (elements,)) for g in self._exchange.values())
 
     def moe(self, tokens: int) -> float:
+        """The routed experts of one MoE layer for ``tokens`` tokens (memoised by tokens with the
+        counts replayed, ``_memo``: an expert group asks for every rank's and the group's tokens
+        at each step)."""
         if self._moe is None:
             return super().moe(tokens)
+        return self._memo(self._group_memo, ("moe", tokens), lambda: self._moe_lookup(tokens))
+
+    def _moe_lookup(self, tokens: int) -> float:
         roof = lambda x: RooflineCostModel.moe(self, max(1, round(x[0]))) / self.expert_skew  # noqa: E731
         return self._lookup(self._moe, roof, (float(tokens),)) * self.expert_skew
 
