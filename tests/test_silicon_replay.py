@@ -283,19 +283,22 @@ def test_mtp_runs_are_read_from_the_launch_configuration():
         return {"backend": "trtllm", "silicon_data_source": IMAX_DSR1, "model": "deepseek-r1", "id": "a", "system": system,
                 "precision": precision, "isl": isl, "osl": osl, "concurrency": c, "tp": tp, "ep": ep, "dp": dp,
                 "backend_version": version} | kw
-    # tp8 ep8 attention DP at 64 clients is only in the -mtp entry's search space
+    # tp8 ep8 attention DP at 64 clients, B200 release rc6.post3: the -mtp entry's search space and release
     assert silicon.mtp_run(r()) == "mtp"
-    # and 128 clients only in the entry without speculation
-    assert silicon.mtp_run(r(c=128)) == "none"
-    # tp4 ep4 attention DP at 256 clients: both entries; the release tells (rc6.post3: the -mtp entry's)
+    # 128 clients: only the entry without speculation has it, which runs rc6.post2
+    assert silicon.mtp_run(r(c=128)) == "unknown"
+    assert silicon.mtp_run(r(c=128, version="1.2.0rc6.post2")) == "none"
+    # tp4 ep4 attention DP at 256 clients: in both; the release tells
     assert silicon.mtp_run(r(c=256, ep=4, dp=4)) == "mtp"
     assert silicon.mtp_run(r(c=256, ep=4, dp=4, version="1.2.0rc6.post2")) == "none"
-    assert silicon.mtp_run(r(c=256, ep=4, dp=4, version="1.1.0rc2.post2")) == "unknown"
-    # tp4 at 16 clients: only without speculation
-    assert silicon.mtp_run(r(c=16, tp=4, ep=1, dp=1)) == "none"
-    # H200: both entries run one release, so a point in both cannot tell
-    assert silicon.mtp_run(r(system="h200_sxm", precision="fp8", c=32, tp=8, ep=8, dp=1)) == "unknown"
-    assert silicon.mtp_run(r(system="h200_sxm", precision="fp8", c=128, tp=1, ep=8, dp=8)) == "mtp"
+    # an older release, or none recorded: the configuration of its day was not read
+    assert silicon.mtp_run(r(version="1.1.0rc2.post2")) == "unknown"
+    assert silicon.mtp_run(r(version="nan")) == "unknown"
+    # H200: both entries run one release, so a point in both cannot tell; one in the -mtp entry's only can
+    assert silicon.mtp_run(r(system="h200_sxm", precision="fp8", c=32, tp=8, ep=8, dp=1,
+                             version="1.1.0rc2.post2")) == "unknown"
+    assert silicon.mtp_run(r(system="h200_sxm", precision="fp8", c=128, tp=1, ep=8, dp=8,
+                             version="1.1.0rc2.post2")) == "mtp"
     # other models, frameworks and provenance: not read
     assert silicon.mtp_run(r(model="gpt-oss-120b")) == ""
     assert silicon.mtp_run(r(backend="sglang")) == ""

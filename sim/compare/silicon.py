@@ -134,9 +134,10 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
     return df.reset_index(drop=True), skipped
 
 
-MEASUREMENT = ("model_path", "system", "backend", "precision", "mode", "isl", "osl", "concurrency", "tp", "ep", "dp", "pp_size",
+MEASUREMENT = ("measured_model", "system", "backend", "precision", "mode", "isl", "osl", "concurrency", "tp", "ep", "dp", "pp_size",
                "silicon_ttft_ms", "silicon_tpot_ms")
-"""What identifies one measurement, in the placement it ran with (``placement``, ``concurrency``): the csv
+"""What identifies one measurement, in the placement it ran with (``placement``, ``concurrency``), the model
+by its catalog id where it has one (the database dump labels some DeepSeek-R1 runs DeepSeek-V3): the csv
 holds some twice (InferenceMAX's DeepSeek-R1, gpt-oss, GLM-5 and MiniMax-M2.5 runs in both ``2026-03-25.csv``
 and ``2026-04-06.csv``, some also in a database dump), with the same configuration and the same measured TTFT
 and TPOT but different provenance strings, and for the expert- and attention-data-parallel runs different
@@ -145,8 +146,11 @@ encodings of the same placement (``2026-04-06.csv`` records TP x EP where ``2026
 
 def deduplicate(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """The rows with each measurement once (its first row in the csv), and how many copies were dropped."""
+    df = df.assign(measured_model=df["model"].where(df["model"].notna(), df["model_path"])
+                   if "model" in df.columns else df["model_path"])
     cols = [c for c in MEASUREMENT if c in df.columns]
     dup = df.duplicated(cols, keep="first")
+    df = df.drop(columns="measured_model")
     return df[~dup], int(dup.sum())
 
 
@@ -267,13 +271,14 @@ def _in_space(space, gpus: int, ep: int, dp: bool, c: int) -> bool:
 
 def mtp_run(r) -> str:
     """Whether a row was measured with MTP speculative decoding, read from InferenceMAX's launch
-    configuration (``MTP_SOURCE``): ``mtp`` where its placement and concurrency lie only in the
-    ``-mtp`` entry's search space, or in both and the row's TRT-LLM release is the one only the
-    ``-mtp`` entry runs (B200: 1.2.0rc6.post3 against 1.2.0rc6.post2); ``none`` where they lie only
-    in the entry without speculation or the release is its own; ``unknown`` where the configuration
-    cannot tell (H200: both entries run the same release; a placement in neither search space);
-    ``""`` for rows of other models, frameworks or provenance. Only InferenceMAX's DeepSeek-R1
-    TRT-LLM rows (its ``dsr1`` runs, some of which the database dump labels DeepSeek-V3) apply."""
+    configuration (``MTP_SOURCE``): ``mtp`` where the row's TRT-LLM release is the one the ``-mtp``
+    entry runs and its placement and concurrency lie in that entry's search space, and not also
+    in the other entry's with its release; ``none`` the other way round; ``unknown`` where the
+    configuration cannot tell: in both (H200: both entries run 1.1.0rc2.post2), in neither (an
+    older release or search space: the configuration of its day was not read; a row without a
+    release). ``""`` for rows of other models, frameworks or provenance: only InferenceMAX's
+    DeepSeek-R1 TRT-LLM rows (its ``dsr1`` runs, some of which the database dump labels
+    DeepSeek-V3) apply."""
     if not (r.get("backend") == "trtllm" and inferencemax(r)
             and (r.get("model") == "deepseek-r1" or str(r.get("id", "")).startswith("dsr1_"))):
         return ""
@@ -284,14 +289,11 @@ def mtp_run(r) -> str:
     dp = int(r.get("dp", 1) or 1)
     gpus = int(r["tp"]) * dp
     point = (gpus, int(r.get("ep", 1) or 1), dp > 1, int(r["concurrency"]))
-    in_stp, in_mtp = _in_space(stp, *point), _in_space(mtp, *point)
-    if in_mtp != in_stp:
-        return "mtp" if in_mtp else "none"
     plain, spec = DSR1_TRT_IMAGES[key[0]]
     version = str(r.get("backend_version", ""))
-    if in_mtp and plain != spec and version in (plain, spec):
-        return "mtp" if version == spec else "none"
-    return "unknown"
+    runs = [name for name, space, image in (("mtp", mtp, spec), ("none", stp, plain))
+            if version == image and _in_space(space, *point)]
+    return runs[0] if len(runs) == 1 else "unknown"
 
 
 MTP_TOKENS = {False: 3, True: 1}
