@@ -296,6 +296,10 @@ def mtp_run(r) -> str:
     return runs[0] if len(runs) == 1 else "unknown"
 
 
+MTP_KINDS = {"mtp": "DeepSeek-R1 TRT-LLM rows measured with MTP (replayed with it)",
+             "none": "DeepSeek-R1 TRT-LLM rows measured without speculation",
+             "unknown": "DeepSeek-R1 TRT-LLM rows the launch configuration cannot tell (replayed without MTP)"}
+"""``mtp_run``'s answers, as the report names them."""
 MTP_TOKENS = {False: 3, True: 1}
 """Draft tokens per verification in InferenceMAX's ``dsr1_*_trt_mtp.sh`` (``num_nextn_predict_layers``:
 3, or 1 with attention DP)."""
