@@ -335,3 +335,16 @@ def test_inferencemax_tp_times_ep_rows_replay_their_real_placement():
     assert silicon.placement({"tp_size": 4, "moe_tp_size": 4, "moe_ep_size": 1}) == (4, 1, 1)
     rows, _ = silicon.select(_csv_rows(rows=[named]))
     assert (int(rows["tp"][0]), int(rows["ep"][0])) == (8, 8)
+
+
+def test_dsr1_fp8_b200_trtllm_rows_price_experts_from_the_kernel_their_moe_backend_runs():
+    bs = CLIENTS["bench-serving"]
+    r = row(model="deepseek-r1", system="b200_sxm", dtype="fp8", tp=8, concurrency=64, silicon_data_source=IMAX_DSR1)
+    assert server(r, bs)["cost"] == {"moe_table": "vllm"}  # moe_config.backend TRTLLM: trtllm-gen
+    assert "cost" not in server(r | {"concurrency": 256}, bs)  # 1k prompts at 256 clients: DEEPGEMM
+    assert server(r | {"concurrency": 256, "isl": 8192}, bs)["cost"] == {"moe_table": "vllm"}
+    assert "cost" not in server(r | {"speculative": "mtp"}, bs)  # the -mtp script: DEEPGEMM
+    assert "cost" not in server(r | {"system": "h200_sxm"}, bs)  # Hopper: the TRT-LLM table
+    assert "cost" not in server(r | {"dtype": "nvfp4"}, bs)
+    cfg = silicon.row_config(r | {"hardware": "b200"}, "kerneldb", bs)
+    assert cfg["cost"] == {"model": "kerneldb", "framework": "trtllm", "moe_table": "vllm"}

@@ -432,8 +432,9 @@ def server(row, client: Client) -> dict:
       (``batch_wait_timeout_iters: 20``, ``batch_wait_max_tokens_ratio: 0.9``);
     - DeepSeek-R1 (``dsr1_*.sh``): TRT-LLM ``kv_cache_config.dtype: fp8``, ``--max_batch_size``
       the concurrency and ``--max_num_tokens`` = (batch + ISL x (1 + range ratio + 0.05) + 127)
-      rounded down to 64 (the script's formula without its MTP draft tokens: speculative decoding
-      is not replayed); SGLang ``--chunked-prefill-size 16384 --kv-cache-dtype fp8_e4m3
+      rounded down to 64 (the formula of the script without speculation); on B200 fp8, routed experts from the trtllm-gen kernels its ``TRTLLM`` MoE
+      backend runs (``trtllm_gen_moe``); with MTP (``mtp_run``), ``dsr1_*_trt_mtp.sh``'s drafts and
+      token budget; SGLang ``--chunked-prefill-size 16384 --kv-cache-dtype fp8_e4m3
       --max-running-requests 256``;
     - gpt-oss-120b (``gptoss_*.sh``): vLLM ``max-num-batched-tokens: 8192``, ``async-scheduling:
       true``; TRT-LLM ``--max_num_tokens 20000 --max_batch_size 512``, KV dtype ``auto`` (bf16:
@@ -443,6 +444,7 @@ def server(row, client: Client) -> dict:
     backend, script = row["backend"], launch_script(row, client)
     isl, osl, tp, c = int(row["isl"]), int(row["osl"]), int(row["tp"]), int(row["concurrency"])
     kv: dict = {}
+    cost: dict = {}
     if backend == "trtllm":
         # in-flight batching: generation first, whole prompts (chunked prefill is off by default)
         # GUARANTEED_NO_EVICT reserves prompt + max_tokens; the benchmarks send max_tokens = the
@@ -465,6 +467,8 @@ def server(row, client: Client) -> dict:
         elif script == "dsr1":
             max_isl = round(isl * (1 + client.range_ratio + 0.05))
             sched |= {"max_num_batched_tokens": (c + max_isl + 64 + 63) // 64 * 64, "max_num_seqs": c}
+            if trtllm_gen_moe(row):
+                cost["moe_table"] = TRTLLM_GEN_TABLE
         elif script == "gptoss":
             sched |= {"max_num_batched_tokens": 20000, "max_num_seqs": 512}
         # TRT-LLM's ``kv_cache_config.dtype: auto`` takes the ModelOpt checkpoint's kv_cache_quant_algo
@@ -494,7 +498,23 @@ def server(row, client: Client) -> dict:
             sched["async_scheduling"] = True
     if aiconfigurator_generated(row):
         sched |= generated_engine(backend, int(row["concurrency"]), isl)
-    return {"scheduler": sched, "kv": kv}
+    return {"scheduler": sched, "kv": kv, **({"cost": cost} if cost else {})}
+
+
+TRTLLM_GEN_TABLE = "vllm"
+"""The collection whose B200 ``fp8_block`` MoE rows time TRT-LLM's trtllm-gen kernels (vLLM 0.24's
+FlashInfer TRT-LLM fp8 experts); TRT-LLM's own B200 collection times DeepGEMM only."""
+
+
+def trtllm_gen_moe(row) -> bool:
+    """Whether a DeepSeek-R1 TRT-LLM row ran the ``TRTLLM`` MoE backend (trtllm-gen kernels) on
+    fp8 experts on B200: InferenceMAX's ``benchmarks/dsr1_fp8_b200_trt.sh`` (SemiAnalysisAI/InferenceX
+    commit 0a919c5f) sets ``moe_config.backend: TRTLLM`` except at 256+ clients with 1k prompts
+    (``DEEPGEMM``); its ``-mtp`` script runs ``DEEPGEMM`` (commit 111f0312), so MTP rows keep the
+    TRT-LLM table."""
+    return (row["backend"] == "trtllm" and row.get("system") == "b200_sxm" and row.get("dtype") == "fp8"
+            and row.get("speculative") != "mtp"
+            and not (int(row["isl"]) == 1024 and int(row["concurrency"]) >= 256))
 
 
 def lengths(value: int, ratio: float) -> dict:
@@ -520,7 +540,7 @@ def row_config(r, cost_model: str, client: Client | None = None, think_s: float 
                      "output": lengths(int(r["osl"]), client.range_ratio),
                      "closed_loop": {"clients": c, "think_time_s": think_s,
                                      "think": "exponential" if think_s > 0 else "fixed"}},
-        "cost": {"model": cost_model, "framework": r["backend"]},
+        "cost": {"model": cost_model, "framework": r["backend"], **srv.get("cost", {})},
         "output": {"plots": False, "progress": False, "step_records": False},
         "seed": 0,
     }

@@ -193,6 +193,20 @@ def load(system: str, framework: str, version: str, *, use_cache: bool = True) -
     return kd.cached_arrays(path, lambda: derive(system, framework, version), use_cache)
 
 
+def with_moe_rows_of(arrays: dict, system: str, framework: str, hardware: str, *,
+                     use_cache: bool = True) -> dict[str, np.ndarray]:
+    """``arrays`` with the routed-expert rows of another framework's collection on ``system`` (its
+    newest version) in place of their own (``cost.moe_table``); ``moe|meta`` names them."""
+    _, version = kd.resolve(hardware, framework, None)
+    other = load(system, framework, version, use_cache=use_cache)
+    if "moe|rows" not in other:
+        raise kd.KernelDbUnavailable(f"cost.moe_table: {framework} {version} has no moe_perf rows for {system}")
+    meta = dict(m.split("=", 1) for m in arrays.get("moe|meta", np.array([])).tolist())
+    meta["moe"] = dict(m.split("=", 1) for m in other["moe|meta"].tolist())["moe"] + " (cost.moe_table)"
+    return {**arrays, "moe|rows": other["moe|rows"],
+            "moe|meta": np.array([f"{k}={v}" for k, v in sorted(meta.items())])}
+
+
 def _table2(rows: np.ndarray) -> Grid | None:
     """A (batch, length) grid of the minimum latency over rows (batch, length, latency), NaN
     cells filled along batch, then length."""
