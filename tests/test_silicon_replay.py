@@ -348,3 +348,26 @@ def test_dsr1_fp8_b200_trtllm_rows_price_experts_from_the_kernel_their_moe_backe
     assert "cost" not in server(r | {"dtype": "nvfp4"}, bs)
     cfg = silicon.row_config(r | {"hardware": "b200"}, "kerneldb", bs)
     assert cfg["cost"] == {"model": "kerneldb", "framework": "trtllm", "moe_table": "vllm"}
+
+
+def test_tokens_streamed_k_at_a_time_reach_the_client_with_the_kth():
+    ttft, tpot, n = np.array([0.1, 0.2, 0.3]), np.array([0.01, 0.02, np.nan]), np.array([101, 5, 1])
+    first, gap = silicon.streamed(ttft, tpot, n, 30)
+    # the 30th token of 101: 29 gaps later; of 5 tokens, the 5th (the end); one token: its own time
+    assert first == pytest.approx([0.1 + 29 * 0.01, 0.2 + 4 * 0.02, 0.3])
+    # E2E unchanged: (0.1 + 100 x 0.01 - 0.39) / 100; the 5-token request's last chunk is its only one
+    assert gap[0] == pytest.approx((1.1 - 0.39) / 100) and gap[1] == pytest.approx(0.0) and np.isnan(gap[2])
+    same = silicon.streamed(ttft, tpot, n, 1)
+    assert same[0] == pytest.approx(ttft) and same[1][:2] == pytest.approx(tpot[:2])
+
+
+def test_stream_interval_of_the_sglang_deepseek_scripts():
+    bs = CLIENTS["bench-serving"]
+    r = row(model="deepseek-r1", backend="sglang", system="b200_sxm", precision="fp8", silicon_data_source=IMAX_DSR1)
+    assert silicon.stream_interval(r, bs) == 30
+    assert silicon.stream_interval(r | {"precision": "fp4"}, bs) == 10
+    assert silicon.stream_interval(r | {"system": "h200_sxm"}, bs) == 10
+    assert silicon.stream_interval(r | {"system": "b300_sxm"}, bs) == 1  # its script was not read
+    assert silicon.stream_interval(r | {"backend": "trtllm"}, bs) == 1
+    assert silicon.stream_interval(r | {"model": "glm-5"}, bs) == 1
+    assert silicon.stream_interval(r, CLIENTS["fixed"]) == 1  # not an InferenceMAX run

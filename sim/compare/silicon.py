@@ -517,6 +517,37 @@ def trtllm_gen_moe(row) -> bool:
             and not (int(row["isl"]) == 1024 and int(row["concurrency"]) >= 256))
 
 
+SGLANG_STREAM_INTERVAL = {("b200_sxm", "fp8"): 30, ("b200_sxm", "fp4"): 10, ("h200_sxm", "fp8"): 10}
+"""``--stream-interval`` of InferenceMAX's SGLang DeepSeek-R1 scripts (``benchmarks/dsr1_fp8_b200.sh``,
+``dsr1_fp4_b200.sh``, ``dsr1_fp8_h200.sh``, SemiAnalysisAI/InferenceX commit 1fc5d73c), by (system, csv
+precision)."""
+
+
+def stream_interval(row, client: Client) -> int:
+    """Tokens a server holds before it streams them to the client (1: each at once): SGLang sends
+    a streamed request's output only when it holds a multiple of ``--stream-interval`` tokens
+    (``scheduler_output_processor_mixin.stream_output``: ``len(req.output_ids) % stream_interval
+    == 0``, and at its end), the first token included; InferenceMAX's SGLang DeepSeek-R1 rows run
+    10 or 30 (``SGLANG_STREAM_INTERVAL``). Other rows: 1 (TRT-LLM's scripts set
+    ``stream_interval: 10`` too; whether TRT-LLM holds the first token was not read)."""
+    if row["backend"] != "sglang" or launch_script(row, client) != "dsr1":
+        return 1
+    return SGLANG_STREAM_INTERVAL.get((row.get("system"), row.get("precision")), 1)
+
+
+def streamed(ttft: np.ndarray, tpot: np.ndarray, tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT, TPOT) as a benchmark client measures them when the server streams a request's tokens
+    ``k`` at a time: the first chunk arrives with token min(k, n) of the request's n, which comes
+    (k - 1) of its mean token gaps after its first token (the engine's times, per request); TPOT =
+    (E2E - TTFT) / (n - 1) over the client's TTFT, E2E unchanged."""
+    n = tokens.astype(float)
+    gap = np.where(n > 1, np.nan_to_num(tpot), 0.0)
+    first = ttft + (np.minimum(k, n) - 1) * gap
+    e2e = ttft + (n - 1) * gap
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return first, np.where(n > 1, (e2e - first) / (n - 1), np.nan)
+
+
 def lengths(value: int, ratio: float) -> dict:
     """The workload length distribution of a benchmark length ``value`` at range ratio ``ratio``."""
     if ratio >= 1.0:
@@ -628,9 +659,12 @@ def replay(task: tuple) -> dict:
     if not len(req):
         return {"error": "no request finished (rejected: does the context fit?)"}
     ids = req["request_id"].to_numpy()
-    tpot = req["tpot_s"].to_numpy()
+    ttft, tpot = req["ttft_s"].to_numpy(), req["tpot_s"].to_numpy()
+    k = stream_interval(row, client)
+    if k > 1:
+        ttft, tpot = streamed(ttft, tpot, req["generated_tokens"].to_numpy(), k)
     ok = np.isfinite(tpot)
-    return {"ttft_ms": 1e3 * (blend(req["ttft_s"].to_numpy(), ids, c, rounds, client) + think_s),
+    return {"ttft_ms": 1e3 * (blend(ttft, ids, c, rounds, client) + think_s),
             "tpot_ms": 1e3 * blend(tpot[ok], ids[ok], c, rounds, client),
             "client": client.name, "cost_source": res.summary["sim"]["cost_model"]}
 
