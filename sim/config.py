@@ -361,6 +361,11 @@ class Cost(_Strict):
         "how attention data-parallel ranks exchange tokens around the routed experts (dp > 1): an "
         "all-gather and a reduce-scatter (vLLM's default, SGLang's DP attention), or DeepEP's "
         "low-latency / high-throughput dispatch and combine (the database's moe_a2a_perf rows)"))
+    moe_table: Literal["framework", "vllm", "sglang", "trtllm"] = Field(default="framework", description=(
+        "whose kernel-database collection on this GPU prices the routed experts (kerneldb): the framework's "
+        "own, or another framework's where it times the kernel the engine runs (TRT-LLM's TRTLLM MoE backend "
+        "on Blackwell runs the trtllm-gen kernels that vLLM and SGLang call through FlashInfer; TRT-LLM's "
+        "collection times fp8_block with DeepGEMM only)"))
     expert_skew: float = Field(default=1.0, ge=1.0, le=100.0, description=(
         "routed-expert time multiplier for expert-load imbalance: the busiest GPU's load over the mean "
         "(the slowest rank sets the pace of an expert-parallel step); 1: as the table prices it"))

@@ -656,17 +656,24 @@ class Engine:
                 yield self._sleep(ranks, None)
                 continue
             idle_plans = 0
-            total, owns = dp_step(cost, shapes)
+            accepted = [None] * len(ranks)
+            if self.drafter is not None:  # each rank's decodes verify their drafts (``_verify``)
+                def drafts(i, st):
+                    st, accepted[i] = self._verify(plans[i], st)
+                    return st
+                total, owns = dp_step(cost, shapes, drafts)
+            else:
+                total, owns = dp_step(cost, shapes)
             end = now + total
             yield _At(env, end)
-            for rep, plan, shape, own in zip(ranks, plans, shapes, owns):
+            for rep, plan, shape, own, acc in zip(ranks, plans, shapes, owns, accepted):
                 if plan is None:
                     continue
                 # the rank's own components; the group's routed experts, the exchange and the wait
                 # for the slowest rank are the rest of the step (booked as gemm: mostly experts)
                 st = StepTime(total, own.gemm + (total - own.total), own.attn_prefill, own.attn_decode, own.comm,
                               own.other_gpu, own.cpu, own.swap, own.source, own.out_of_range)
-                prefill, decode, changed = lifecycle.complete_step(plan, by_id, now, end, self.itl)
+                prefill, decode, changed = lifecycle.complete_step(plan, by_id, now, end, self.itl, acc)
                 for r in changed:
                     if r.finish_s is not None:
                         self._leave(rep, r)

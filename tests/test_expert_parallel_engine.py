@@ -75,3 +75,26 @@ def test_what_dp_does_not_simulate_yet_is_one_line(capsys, sets, words):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "parallelism.dp" in err[0] and words in err[0], err
+
+
+def test_speculative_decoding_in_an_expert_group(tmp_path):
+    """Each rank's decodes verify their drafts: a request emits its accepted drafts plus one token
+    a step, every acceptance is drawn, and the drafts' time is part of the group's step."""
+    wl = trace(tmp_path, [(0.0, 100, 12), (0.0, 80, 12)])
+    cfg = dp_config(2, workload=wl, speculative={"method": "mtp", "num_speculative_tokens": 2, "acceptance": 1.0})
+    res = simulate(cfg)
+    req = res.requests
+    assert (req["status"] == "finished").all() and (req["generated_tokens"] == 12).all()
+    sp = res.summary["speculative"]
+    assert sp["acceptance_rate"] == 1.0 and sp["draft_tokens"] == sp["accepted_draft_tokens"] > 0
+    # all drafts accepted: the prompt step gives the first token, then 3 a step (2 drafts + 1): 11 / 3 -> 4 steps
+    assert len(res.steps[res.steps["replica"] == 0]) == 1 + 4
+    plain = simulate(dp_config(2, workload=wl))
+    assert len(plain.steps[plain.steps["replica"] == 0]) == 12
+    # never accepted: one token a step, as without drafts, each step dearer by its drafts
+    none = simulate(dp_config(2, workload=wl, speculative={"method": "mtp", "num_speculative_tokens": 2,
+                                                          "acceptance": 0.0}))
+    assert len(none.steps[none.steps["replica"] == 0]) == 12
+    d_none = none.steps.sort_values(["start_s", "replica"])["duration_s"].to_numpy()
+    d_plain = plain.steps.sort_values(["start_s", "replica"])["duration_s"].to_numpy()
+    assert (d_none[2:] > d_plain[2:]).all()  # the decode steps (after each rank's prompt step)

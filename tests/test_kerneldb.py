@@ -501,3 +501,26 @@ def test_auto_on_a_gpu_the_database_lacks_says_why_it_uses_the_roofline(capsys, 
     assert main(["run", "--num-requests", "20", "--no-plots", "--out", str(tmp_path / "h100")]) == 0
     s = json.loads((tmp_path / "h100" / "summary.json").read_text())
     assert s["sim"]["cost_model"] == "kerneldb"
+
+
+@needs_db
+def test_attention_dp_and_mtp_rows_of_the_csv_replay():
+    """An attention-DP row (TRT-LLM, 8 ranks of TP 1, EP 8) measured with MTP, and a vLLM
+    attention-DP row: each replays as an expert group, with its measured clients."""
+    from sim.compare import silicon
+
+    df = pd.read_csv(silicon.csv_path())
+    rows, _ = silicon.select(df, models=["deepseek-r1", "minimax-m2.5"], systems=["b200_sxm"])
+    dsr1 = rows[rows["id"] == "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp4_agg_1024x1024_c64_tp8_0_ep8_0_976"]
+    mm = rows[rows["id"] == "minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c64_cfg691"]
+    if not len(dsr1) or not len(mm):
+        pytest.skip("the csv of this aiconfigurator-core version lacks these rows")
+    r = dsr1.iloc[0].to_dict()
+    assert (r["tp"], r["ep"], r["dp"], r["concurrency"], r["speculative"]) == (1, 8, 8, 64, "mtp")
+    with_mtp = silicon.replay((r, "kerneldb", 2, (), "none", "auto", 0.02))
+    without = silicon.replay((r | {"speculative": "none"}, "kerneldb", 2, (), "none", "auto", 0.02))
+    assert 0 < with_mtp["tpot_ms"] < without["tpot_ms"]  # an accepted draft a step most of the time
+    m = mm.iloc[0].to_dict()
+    assert (m["tp"], m["dp"]) == (1, m["ep"]) and m["dp"] > 1 and m["speculative"] == ""
+    out = silicon.replay((m, "kerneldb", 2, (), "none", "auto", 0.02))
+    assert out["tpot_ms"] > 0 and out["ttft_ms"] > 0

@@ -227,3 +227,19 @@ def test_decode_runs_are_priced_as_single_steps(case, runs):
     and TRT-LLM, SGLang's kernel plus absorption BMMs) as the dense models."""
     kw, framework = case
     assert_decode_runs_are_single_steps(lambda: _cm(framework=framework, **kw), runs)
+
+
+@needs_db
+def test_moe_table_prices_the_experts_from_another_frameworks_rows():
+    """``cost.moe_table``: TRT-LLM's B200 collection times fp8_block experts with DeepGEMM only; its
+    TRTLLM MoE backend runs the trtllm-gen kernels the vLLM collection times (FlashInfer)."""
+    def cm(framework, moe_table="framework"):
+        cfg = load_config(tiny_config(model="deepseek-r1", hardware="b200", dtype="fp8", parallelism={"tp": 8},
+                                      cost={"model": "kerneldb", "framework": framework, "moe_table": moe_table}))
+        return make_cost_model(cfg, get_model(cfg.model), get_hardware(cfg.hardware))
+
+    own, other, vllm = cm("trtllm"), cm("trtllm", "vllm"), cm("vllm")
+    assert other.moe(64) == vllm.moe(64) and other.moe(64) < own.moe(64)
+    assert any("(cost.moe_table)" in n and "vllm" in n for n in other.notes)
+    assert other.attn_decode(8, 8 * 1000, 1000) == own.attn_decode(8, 8 * 1000, 1000)  # the rest: TRT-LLM's
+    assert cm("trtllm", "trtllm").moe(64) == own.moe(64)

@@ -232,13 +232,90 @@ def test_trtllm_guaranteed_no_evict_holds_the_whole_sequence_from_admission():
     assert step(s).num_new_tokens == {0: 8, 1: 8}  # blocks as tokens come: both fit at first
 
 
-def test_expert_parallel_rows_replay_and_attention_dp_rows_are_counted_apart():
+def test_expert_parallel_and_attention_dp_rows_replay_their_placement():
+    # 03-25 encoding: attention_dp_size = the GPUs, moe_ep_size = EP, batch_size = one rank's share
     df = _csv_rows(rows=[{"id": "ep", "moe_tp_size": 1, "moe_ep_size": 4},
-                         {"id": "adp", "attention_dp_size": 4, "moe_tp_size": 1, "moe_ep_size": 4, "silicon_ttft_ms": 1.0}])
+                         {"id": "adp", "tp_size": 1, "attention_dp_size": 4, "moe_tp_size": 1, "moe_ep_size": 4,
+                          "batch_size": 4, "silicon_ttft_ms": 1.0}])
     rows, skipped = silicon.select(df)
-    assert list(rows["id"]) == ["ep"] and list(rows["ep"]) == [4]
-    assert skipped[silicon.ATTENTION_DP] == 1
+    assert list(rows["id"]) == ["ep", "adp"] and not skipped
+    assert [tuple(int(x) for x in t) for t in rows[["tp", "ep", "dp", "concurrency"]].to_numpy()] == [(4, 4, 1, 16),
+                                                                                                      (1, 4, 4, 16)]
     assert silicon.row_config(rows.iloc[0].to_dict(), "roofline")["parallelism"] == {"tp": 4, "ep": 4}
+    assert silicon.row_config(rows.iloc[1].to_dict(), "roofline")["parallelism"] == {"tp": 1, "ep": 4, "dp": 4}
+
+
+def test_attention_dp_placements_of_each_encoding():
+    # TRT-LLM: trtllm-serve --tp_size=TP --ep_size=EP with attention DP: TP ranks of attention TP 1
+    r0325 = {"id": "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp4_agg_1024x1024_c64_tp8_0_ep8_0_976", "backend": "trtllm",
+             "tp_size": 1, "attention_dp_size": 8, "moe_tp_size": 1, "moe_ep_size": 8}
+    r0406 = {"id": "2026_04_06_deepseek_r1_b200_sxm_trtllm_fp4_agg_1024x1024_c64_tp8_ep8_937", "backend": "trtllm",
+             "tp_size": 1, "attention_dp_size": 64, "moe_tp_size": 8, "moe_ep_size": 8}
+    dump = {"id": "dsr1_b200_trtllm_fp4_agg_1024x8192_c256_cfg192", "backend": "trtllm", "tp_size": 1,
+            "attention_dp_size": 16, "moe_tp_size": 4, "moe_ep_size": 4}
+    tp4ep1 = {"id": "x_cfg1", "backend": "trtllm", "tp_size": 1, "attention_dp_size": 4, "moe_tp_size": 4, "moe_ep_size": 1}
+    # vLLM: --tensor-parallel-size=1 --data-parallel-size=TP --enable-expert-parallel (the dump's
+    # moe_ep_size is TP x EP of its config)
+    vllm = {"id": "minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c512_cfg734", "backend": "vllm", "tp_size": 4,
+            "attention_dp_size": 4, "moe_tp_size": 1, "moe_ep_size": 16}
+    assert [silicon.placement(r) for r in (r0325, r0406, dump, tp4ep1, vllm)] == [
+        (1, 8, 8), (1, 8, 8), (1, 4, 4), (1, 1, 4), (1, 4, 4)]
+    # the clients are silicon_concurrency (batch_size is a rank's share, or clients / (TP x EP))
+    src = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=64; measured=2026-02-06"
+    assert silicon.concurrency(r0406 | {"batch_size": 1, "silicon_data_source": src}) == 64
+    assert silicon.concurrency(r0325 | {"batch_size": 8, "silicon_data_source": ""}) == 64
+
+
+def test_one_measurement_in_two_encodings_is_replayed_once():
+    src = IMAX_DSR1.replace("silicon_concurrency=16", "silicon_concurrency=64")
+    df = _csv_rows(rows=[{"id": "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp4_agg_8192x1024_c64_tp8_0_ep8_0_1", "tp_size": 1,
+                          "attention_dp_size": 8, "moe_tp_size": 1, "moe_ep_size": 8, "batch_size": 8,
+                          "silicon_data_source": src},
+                         {"id": "2026_04_06_deepseek_r1_b200_sxm_trtllm_fp4_agg_8192x1024_c64_tp8_ep8_2", "tp_size": 1,
+                          "attention_dp_size": 64, "moe_tp_size": 8, "moe_ep_size": 8, "batch_size": 1,
+                          "silicon_data_source": src.replace("2026-03-25", "2026-04-06")}])
+    rows, skipped = silicon.select(df)
+    assert len(rows) == 1 and sum(v for k, v in skipped.items() if k.startswith("duplicate")) == 1
+
+
+def test_mtp_runs_are_read_from_the_launch_configuration():
+    def r(system="b200_sxm", precision="fp4", isl=1024, osl=1024, c=64, tp=1, ep=8, dp=8, version="1.2.0rc6.post3", **kw):
+        return {"backend": "trtllm", "silicon_data_source": IMAX_DSR1, "model": "deepseek-r1", "id": "a", "system": system,
+                "precision": precision, "isl": isl, "osl": osl, "concurrency": c, "tp": tp, "ep": ep, "dp": dp,
+                "backend_version": version} | kw
+    # tp8 ep8 attention DP at 64 clients, B200 release rc6.post3: the -mtp entry's search space and release
+    assert silicon.mtp_run(r()) == "mtp"
+    # 128 clients: only the entry without speculation has it, which runs rc6.post2
+    assert silicon.mtp_run(r(c=128)) == "unknown"
+    assert silicon.mtp_run(r(c=128, version="1.2.0rc6.post2")) == "none"
+    # tp4 ep4 attention DP at 256 clients: in both; the release tells
+    assert silicon.mtp_run(r(c=256, ep=4, dp=4)) == "mtp"
+    assert silicon.mtp_run(r(c=256, ep=4, dp=4, version="1.2.0rc6.post2")) == "none"
+    # an older release, or none recorded: the configuration of its day was not read
+    assert silicon.mtp_run(r(version="1.1.0rc2.post2")) == "unknown"
+    assert silicon.mtp_run(r(version="nan")) == "unknown"
+    # H200: both entries run one release, so a point in both cannot tell; one in the -mtp entry's only can
+    assert silicon.mtp_run(r(system="h200_sxm", precision="fp8", c=32, tp=8, ep=8, dp=1,
+                             version="1.1.0rc2.post2")) == "unknown"
+    assert silicon.mtp_run(r(system="h200_sxm", precision="fp8", c=128, tp=1, ep=8, dp=8,
+                             version="1.1.0rc2.post2")) == "mtp"
+    # other models, frameworks and provenance: not read
+    assert silicon.mtp_run(r(model="gpt-oss-120b")) == ""
+    assert silicon.mtp_run(r(backend="sglang")) == ""
+    assert silicon.mtp_run(r(silicon_data_source="/x/aic-auto-gap-analysis/y")) == ""
+    # the dump's dsr1 runs labelled DeepSeek-V3 are InferenceMAX's DeepSeek-R1 runs
+    assert silicon.mtp_run(r(model="deepseek-v3", id="dsr1_b200_trtllm_fp4_agg_1024x1024_c64_cfg1")) == "mtp"
+    # an MTP row replays with MTP: 3 drafts, 1 with attention DP; the script's token budget
+    mtp_row = row(model="deepseek-r1", hardware="b200", dtype="nvfp4", tp=1, ep=8, dp=8, concurrency=64,
+                  speculative="mtp", silicon_data_source=IMAX_DSR1)
+    cfg = silicon.row_config(mtp_row, "roofline", CLIENTS["bench-serving"])
+    assert cfg["speculative"] == {"method": "mtp", "num_speculative_tokens": 1}
+    # max_batch_size 64 / 8 = 8; max_num_tokens ((1 + 1) x 8 + 1024 + 127) // 64 x 64
+    assert cfg["scheduler"]["max_num_batched_tokens"] == (2 * 8 + 1024 + 127) // 64 * 64
+    assert cfg["scheduler"]["max_num_seqs"] == 8
+    tp_row = mtp_row | {"tp": 8, "ep": 1, "dp": 1}
+    assert silicon.row_config(tp_row, "roofline", CLIENTS["bench-serving"])["speculative"]["num_speculative_tokens"] == 3
+    assert "speculative" not in silicon.row_config(mtp_row | {"speculative": "unknown"}, "roofline")
 
 
 def test_rows_whose_batch_size_is_not_their_client_count_are_skipped():
@@ -254,7 +331,43 @@ def test_inferencemax_tp_times_ep_rows_replay_their_real_placement():
              "moe_tp_size": 8, "moe_ep_size": 8}
     dump = {"id": "dsr1_b200_sglang_fp4_agg_1024x8192_c4_cfg201", "tp_size": 16, "moe_tp_size": 4, "moe_ep_size": 4}
     true_ep = {"id": "x_tp8_epnone_1", "tp_size": 8, "moe_tp_size": 1, "moe_ep_size": 8}
-    assert [silicon.placement(r) for r in (named, dump, true_ep)] == [(8, 8), (4, 4), (8, 8)]
-    assert silicon.placement({"tp_size": 4, "moe_tp_size": 4, "moe_ep_size": 1}) == (4, 1)
+    assert [silicon.placement(r) for r in (named, dump, true_ep)] == [(8, 8, 1), (4, 4, 1), (8, 8, 1)]
+    assert silicon.placement({"tp_size": 4, "moe_tp_size": 4, "moe_ep_size": 1}) == (4, 1, 1)
     rows, _ = silicon.select(_csv_rows(rows=[named]))
     assert (int(rows["tp"][0]), int(rows["ep"][0])) == (8, 8)
+
+
+def test_dsr1_fp8_b200_trtllm_rows_price_experts_from_the_kernel_their_moe_backend_runs():
+    bs = CLIENTS["bench-serving"]
+    r = row(model="deepseek-r1", system="b200_sxm", dtype="fp8", tp=8, concurrency=64, silicon_data_source=IMAX_DSR1)
+    assert server(r, bs)["cost"] == {"moe_table": "vllm"}  # moe_config.backend TRTLLM: trtllm-gen
+    assert "cost" not in server(r | {"concurrency": 256}, bs)  # 1k prompts at 256 clients: DEEPGEMM
+    assert server(r | {"concurrency": 256, "isl": 8192}, bs)["cost"] == {"moe_table": "vllm"}
+    assert "cost" not in server(r | {"speculative": "mtp"}, bs)  # the -mtp script: DEEPGEMM
+    assert "cost" not in server(r | {"system": "h200_sxm"}, bs)  # Hopper: the TRT-LLM table
+    assert "cost" not in server(r | {"dtype": "nvfp4"}, bs)
+    cfg = silicon.row_config(r | {"hardware": "b200"}, "kerneldb", bs)
+    assert cfg["cost"] == {"model": "kerneldb", "framework": "trtllm", "moe_table": "vllm"}
+
+
+def test_tokens_streamed_k_at_a_time_reach_the_client_with_the_kth():
+    ttft, tpot, n = np.array([0.1, 0.2, 0.3]), np.array([0.01, 0.02, np.nan]), np.array([101, 5, 1])
+    first, gap = silicon.streamed(ttft, tpot, n, 30)
+    # the 30th token of 101: 29 gaps later; of 5 tokens, the 5th (the end); one token: its own time
+    assert first == pytest.approx([0.1 + 29 * 0.01, 0.2 + 4 * 0.02, 0.3])
+    # E2E unchanged: (0.1 + 100 x 0.01 - 0.39) / 100; the 5-token request's last chunk is its only one
+    assert gap[0] == pytest.approx((1.1 - 0.39) / 100) and gap[1] == pytest.approx(0.0) and np.isnan(gap[2])
+    same = silicon.streamed(ttft, tpot, n, 1)
+    assert same[0] == pytest.approx(ttft) and same[1][:2] == pytest.approx(tpot[:2])
+
+
+def test_stream_interval_of_the_sglang_deepseek_scripts():
+    bs = CLIENTS["bench-serving"]
+    r = row(model="deepseek-r1", backend="sglang", system="b200_sxm", precision="fp8", silicon_data_source=IMAX_DSR1)
+    assert silicon.stream_interval(r, bs) == 30
+    assert silicon.stream_interval(r | {"precision": "fp4"}, bs) == 10
+    assert silicon.stream_interval(r | {"system": "h200_sxm"}, bs) == 10
+    assert silicon.stream_interval(r | {"system": "b300_sxm"}, bs) == 1  # its script was not read
+    assert silicon.stream_interval(r | {"backend": "trtllm"}, bs) == 1
+    assert silicon.stream_interval(r | {"model": "glm-5"}, bs) == 1
+    assert silicon.stream_interval(r, CLIENTS["fixed"]) == 1  # not an InferenceMAX run

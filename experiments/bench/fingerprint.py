@@ -77,6 +77,16 @@ def configs() -> dict[str, dict]:
     c["kerneldb-70b-tp4"] = {"cost": {"model": "kerneldb"}, "model": "llama-3.1-70b", "parallelism": {"tp": 4},
                              "workload": {"rate": 8}}
     c["stream"] = {"output": {"stream": True, "step_records": False}}
+    # expert groups of attention-DP ranks (Engine._group): the database's MoE tables, DeepEP's
+    # dispatch, MTP drafts verified in a group
+    c["ep-dp4-kerneldb"] = {"cost": {"model": "kerneldb"}, "model": "qwen3-30b-a3b", "hardware": "h100-sxm",
+                            "parallelism": {"tp": 1, "dp": 4, "ep": 4}, "workload": {"rate": 20}}
+    c["ep-dp8-deepep"] = {"cost": {"model": "kerneldb", "framework": "vllm", "moe_dispatch": "deepep_ll"},
+                          "model": "deepseek-v3", "hardware": "h200-sxm", "dtype": "fp8",
+                          "parallelism": {"tp": 1, "dp": 8, "ep": 8}, "workload": {"rate": 20}}
+    c["ep-dp8-mtp"] = {"cost": {"model": "kerneldb", "framework": "trtllm"}, "model": "deepseek-v3",
+                       "hardware": "h200-sxm", "dtype": "fp8", "parallelism": {"tp": 1, "dp": 8, "ep": 8},
+                       "speculative": {"method": "mtp", "num_speculative_tokens": 1}, "workload": {"rate": 20}}
     if TRACE.exists():
         c["azure-trace"] = {"workload": {"trace": {"path": str(TRACE)}, "num_requests": 1500}}
     return c

@@ -108,8 +108,8 @@ def run(args) -> int:
         out[f"{cm}_ttft_ms"] = [r.get("ttft_ms") for r in res]
         out[f"{cm}_tpot_ms"] = [r.get("tpot_ms") for r in res]
     keep = ["id", "model_path", "model", "system", "hardware", "backend", "backend_version", "precision", "dtype",
-            "mode", "isl", "osl", "concurrency", "bucket", "tp", "ep", "client", "fitted_by", "silicon_ttft_ms",
-            "silicon_tpot_ms"]
+            "mode", "isl", "osl", "concurrency", "bucket", "tp", "ep", "dp", "speculative", "client", "fitted_by",
+            "silicon_ttft_ms", "silicon_tpot_ms"]
     out = out[keep + [c for c in out.columns if c.startswith(tuple(models))]]
     scored = out.dropna(subset=[f"{cm}_tpot_ms" for cm in models])
     held = scored["fitted_by"] == ""
@@ -122,6 +122,12 @@ def run(args) -> int:
     silicon.print_table(held_scores, "held out")
     silicon.print_table(fitted_scores, "used by a fit")
     silicon.print_table(scores, "all rows", overall_only=True)
+    spec_scores = {}
+    for kind, what in silicon.MTP_KINDS.items():  # InferenceMAX's DeepSeek-R1 TRT-LLM rows, apart
+        part = scored[held & (scored["speculative"] == kind)]
+        if len(part):
+            spec_scores[kind] = silicon.score(part, models)
+            silicon.print_table(spec_scores[kind], f"held out, {what}", overall_only=True)
     skipped_all = dict(skipped) | {f"not simulated ({k})": v for k, v in errors.items()}
     if skipped_all:
         print("\nskipped rows by reason:")
@@ -141,7 +147,8 @@ def run(args) -> int:
                         "rows_held_out": int(held.sum()), "rows_used_by_a_fit": int((~held).sum()),
                         **{k: {"what": f["what"], "rows_scored": int(scored["fitted_by"].str.contains(k).sum())}
                            for k, f in fit_info["fits"].items()}},
-               "scores_held_out": held_scores, "scores_fitted": fitted_scores, "scores": scores}
+               "scores_held_out": held_scores, "scores_fitted": fitted_scores, "scores": scores,
+               "scores_held_out_by_speculation": {"source": silicon.MTP_SOURCE, **spec_scores}}
     (dest / "summary.json").write_text(json.dumps(summary, indent=2))
     if not args.no_plots and len(scored):
         silicon.plot(scored, models, dest)

@@ -93,6 +93,9 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
     df = df[df["mode"] == mode]
     skipped: Counter = Counter()
     ids = df["model_path"].map(lambda p: catalog_model(str(p)))
+    # InferenceMAX's DeepSeek-R1 runs (model prefix dsr1) that the database dump labels DeepSeek-V3
+    ids = ids.where(~(df["id"].astype(str).str.startswith("dsr1_") & df["silicon_data_source"].astype(str)
+                      .str.startswith(INFERENCEMAX_SOURCES) & (ids == "deepseek-v3")), "deepseek-r1")
     df = df.assign(model=ids, hardware=df["system"].map(HARDWARE))
     if systems:
         want = {HARDWARE.get(s, s) for s in systems}
@@ -101,6 +104,9 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
         df = df[df["backend"].isin(backends)]
     if models:
         df = df[df["model"].isin(models) | df["model_path"].isin(models)]
+    places = [placement(r) for _, r in df.iterrows()]
+    df = df.assign(concurrency=[concurrency(r) for _, r in df.iterrows()],
+                   tp=[t for t, _, _ in places], ep=[e for _, e, _ in places], dp=[d for _, _, d in places])
     df, dups = deduplicate(df)
     if dups:
         skipped["duplicate of another row's measurement (same configuration, same measured TTFT and TPOT)"] += dups
@@ -110,13 +116,11 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
             skipped[f"model not in the catalog ({r['model_path']})"] += 1
         elif r["hardware"] is None or (isinstance(r["hardware"], float) and math.isnan(r["hardware"])):
             skipped[f"system not in the catalog ({r['system']})"] += 1
-        elif (r.get("attention_dp_size") or 1) > 1:
-            skipped[ATTENTION_DP] += 1
-        elif _recorded_concurrency(r) not in (None, r["batch_size"]):
+        elif not attention_dp(r) and _recorded_concurrency(r) not in (None, r["batch_size"]):
             skipped["batch size differs from the recorded concurrency (silicon_concurrency)"] += 1
         elif (r.get("pp_size") or 1) != 1:
             skipped["pipeline parallelism"] += 1
-        elif _is_moe(r["model"]) and _moe_split(r) not in (None, r["tp_size"]):
+        elif not attention_dp(r) and _is_moe(r["model"]) and _moe_split(r) not in (None, r["tp_size"]):
             skipped["MoE tensor parallelism differs from attention TP"] += 1
         else:
             keep.append(i)
@@ -124,31 +128,30 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
     prec = df["precision"].where(df["precision"].notna(), "bf16")
     native = df["model"].map(FP4_CHECKPOINT)
     prec = prec.replace(PRECISION).where(~((prec == "fp4") & native.notna()), native)
-    tp_ep = [placement(r) for _, r in df.iterrows()]
-    df = df.assign(dtype=prec.astype(str), concurrency=df["batch_size"].astype(int),
-                   tp=[t for t, _ in tp_ep], ep=[e for _, e in tp_ep])
+    df = df.assign(dtype=prec.astype(str), speculative=[mtp_run(r) for _, r in df.iterrows()])
     if limit is not None:
         df = df.head(limit)
     return df.reset_index(drop=True), skipped
 
 
-MEASUREMENT = ("model_path", "system", "backend", "precision", "mode", "isl", "osl", "batch_size", "tp_size", "pp_size",
-               "attention_dp_size", "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
-"""What identifies one measurement: the csv holds some twice (InferenceMAX's DeepSeek-R1, gpt-oss, GLM-5 and
-MiniMax-M2.5 runs in both ``2026-03-25.csv`` and ``2026-04-06.csv``, some also in a database dump), with the
-same configuration and the same measured TTFT and TPOT but different provenance strings."""
+MEASUREMENT = ("measured_model", "system", "backend", "precision", "mode", "isl", "osl", "concurrency", "tp", "ep", "dp", "pp_size",
+               "silicon_ttft_ms", "silicon_tpot_ms")
+"""What identifies one measurement, in the placement it ran with (``placement``, ``concurrency``), the model
+by its catalog id where it has one (the database dump labels some DeepSeek-R1 runs DeepSeek-V3): the csv
+holds some twice (InferenceMAX's DeepSeek-R1, gpt-oss, GLM-5 and MiniMax-M2.5 runs in both ``2026-03-25.csv``
+and ``2026-04-06.csv``, some also in a database dump), with the same configuration and the same measured TTFT
+and TPOT but different provenance strings, and for the expert- and attention-data-parallel runs different
+encodings of the same placement (``2026-04-06.csv`` records TP x EP where ``2026-03-25.csv`` records the GPUs)."""
 
 
 def deduplicate(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """The rows with each measurement once (its first row in the csv), and how many copies were dropped."""
+    df = df.assign(measured_model=df["model"].where(df["model"].notna(), df["model_path"])
+                   if "model" in df.columns else df["model_path"])
     cols = [c for c in MEASUREMENT if c in df.columns]
     dup = df.duplicated(cols, keep="first")
+    df = df.drop(columns="measured_model")
     return df[~dup], int(dup.sum())
-
-
-ATTENTION_DP = "attention data parallelism (dp > 1: its rows are not replayed yet)"
-"""The skip reason of the rows measured with attention data parallelism, counted apart: the cost
-model prices their steps (``sim.cost.expert_parallel``), the engine does not run DP ranks yet."""
 
 
 def _is_moe(model_id: str) -> bool:
@@ -157,26 +160,149 @@ def _is_moe(model_id: str) -> bool:
     return get_model(model_id).is_moe
 
 
-def placement(r) -> tuple[int, int]:
-    """(attention tp, expert-parallel degree) a row ran with. InferenceMAX's expert-parallel rows
-    record ``tp_size`` as TP x EP (``..._tp8_ep8_...`` has ``tp_size`` 64, ``moe_tp_size`` 8,
-    ``moe_ep_size`` 8: eight GPUs of one node): the TP and EP of the row's id when it names them and
-    their product is ``tp_size``; else, for the same square pattern (``moe_tp_size`` =
-    ``moe_ep_size`` > 1, ``tp_size`` their product; the database dump's copies, whose ids name no
-    TP), TP = EP = ``moe_ep_size``; else ``tp_size`` and ``moe_ep_size`` as recorded."""
+def _num(r, key, default=1) -> int:
+    v = r.get(key)
+    return default if v is None or (isinstance(v, float) and math.isnan(v)) or v <= 0 else int(v)
+
+
+def attention_dp(r) -> bool:
+    """Whether a row ran with attention data parallelism (``attention_dp_size`` > 1)."""
+    return _num(r, "attention_dp_size") > 1
+
+
+def placement(r) -> tuple[int, int, int]:
+    """(attention tp, expert-parallel degree, attention-DP ranks) a row ran with.
+
+    Without attention DP: InferenceMAX's expert-parallel rows record ``tp_size`` as TP x EP
+    (``..._tp8_ep8_...`` has ``tp_size`` 64, ``moe_tp_size`` 8, ``moe_ep_size`` 8: eight GPUs of
+    one node): the TP and EP of the row's id when it names them and their product is ``tp_size``;
+    else, for the same square pattern (``moe_tp_size`` = ``moe_ep_size`` > 1, ``tp_size`` their
+    product; the database dump's copies, whose ids name no TP), TP = EP = ``moe_ep_size``; else
+    ``tp_size`` and ``moe_ep_size`` as recorded.
+
+    With attention DP (``attention_dp_size`` > 1) every GPU is one rank of attention TP 1, as the
+    launch scripts run them (InferenceMAX ``benchmarks/``): vLLM ``--tensor-parallel-size=1
+    --data-parallel-size=$TP --enable-expert-parallel`` (ranks = EP = the GPUs; the database
+    dump records ``tp_size`` = the GPUs and ``moe_ep_size`` = TP x EP of its config), TRT-LLM
+    ``trtllm-serve --tp_size=$TP --ep_size=$EP_SIZE`` with ``enable_attention_dp: true`` (ranks =
+    TP GPUs, experts EP ways, each ``TP / EP`` wide). TRT-LLM's GPUs and EP: the id's
+    ``tpN[_0]_epM[_0]`` when it names them; else ``2026-04-06.csv``'s and the dump's encoding
+    (``moe_tp_size`` = the GPUs, ``moe_ep_size`` = EP, ``attention_dp_size`` their product);
+    else ``2026-03-25.csv``'s (``attention_dp_size`` = the GPUs, ``moe_ep_size`` = EP)."""
     import re
 
-    def num(key, default=1):
-        v = r.get(key)
-        return default if v is None or (isinstance(v, float) and math.isnan(v)) or v <= 0 else int(v)
-
-    tp, mtp, mep = num("tp_size"), num("moe_tp_size"), num("moe_ep_size")
+    tp, mtp, mep, dp = _num(r, "tp_size"), _num(r, "moe_tp_size"), _num(r, "moe_ep_size"), _num(r, "attention_dp_size")
+    if dp > 1:
+        if r.get("backend") == "vllm":
+            return 1, tp, tp
+        m = re.search(r"_tp(\d+)(?:_0)?_ep(\d+)(?:_0)?_", str(r.get("id", "")))
+        if m:
+            gpus, ep = int(m.group(1)), int(m.group(2))
+        elif mtp > 1 and dp == mtp * mep:
+            gpus, ep = mtp, mep
+        else:
+            gpus, ep = dp, mep
+        return 1, ep, gpus
     m = re.search(r"_tp(\d+)_ep(\d+)_", str(r.get("id", "")))
     if m and int(m.group(2)) > 1 and int(m.group(1)) * int(m.group(2)) == tp:
-        return int(m.group(1)), int(m.group(2))
+        return int(m.group(1)), int(m.group(2)), 1
     if mep > 1 and mtp == mep and tp == mtp * mep:
-        return mep, mep
-    return tp, mep
+        return mep, mep, 1
+    return tp, mep, 1
+
+
+def concurrency(r) -> int:
+    """The benchmark's concurrent clients: ``batch_size``, except with attention DP, where
+    ``batch_size`` is one rank's share (or, in ``2026-04-06.csv``, the clients over TP x EP) and
+    ``silicon_concurrency`` is the clients."""
+    if attention_dp(r):
+        rec = _recorded_concurrency(r)
+        if rec is not None:
+            return rec
+        return int(r["batch_size"]) * _num(r, "attention_dp_size")
+    return int(r["batch_size"])
+
+
+MTP_SOURCE = ("InferenceMAX .github/configs/nvidia-master.yaml (SemiAnalysisAI/InferenceX, commit 0004cf5f), "
+              "entries dsr1-{fp4,fp8}-b200-trt[-mtp] and dsr1-fp8-h200-trt[-mtp], with benchmarks/dsr1_*_trt_mtp.sh")
+"""Where the MTP runs of InferenceMAX's DeepSeek-R1 TRT-LLM rows are read from."""
+DSR1_TRT_SEARCH = {
+    # (system, precision, isl, osl) -> (search space without speculation, with MTP); entries
+    # (tp, ep, dp-attn, first concurrency, last concurrency), concurrencies the powers of two between
+    ("b200_sxm", "fp4", 1024, 1024): (
+        ((4, 1, False, 4, 16), (4, 4, True, 256, 256), (8, 1, False, 4, 4), (8, 8, False, 64, 64), (8, 8, True, 128, 256)),
+        ((4, 1, False, 4, 8), (4, 4, True, 256, 256), (8, 1, False, 4, 4), (8, 1, False, 128, 128),
+         (8, 8, False, 32, 128), (8, 8, True, 32, 64))),
+    ("b200_sxm", "fp4", 1024, 8192): (
+        ((4, 1, False, 4, 16), (4, 4, True, 256, 256), (8, 1, False, 4, 4), (8, 8, False, 64, 64), (8, 8, True, 128, 256)),
+        ((4, 1, False, 16, 16), (4, 4, False, 8, 8), (4, 4, True, 256, 256), (8, 1, False, 4, 8),
+         (8, 8, False, 32, 64), (8, 8, True, 128, 256))),
+    ("b200_sxm", "fp4", 8192, 1024): (
+        ((4, 1, False, 4, 32), (4, 4, False, 32, 32), (4, 4, True, 256, 256), (8, 1, False, 4, 4), (8, 8, True, 128, 256)),
+        ((4, 1, False, 4, 16), (4, 4, False, 32, 32), (4, 4, True, 256, 256), (8, 1, False, 4, 4), (8, 8, True, 64, 256))),
+    ("b200_sxm", "fp8", 1024, 1024): (
+        ((8, 1, False, 64, 128), (4, 1, False, 8, 16), (8, 1, False, 4, 8)),
+        ((8, 1, False, 4, 128), (8, 8, True, 256, 256))),
+    ("b200_sxm", "fp8", 1024, 8192): (
+        ((8, 8, True, 256, 256), (8, 1, False, 4, 128)),
+        ((8, 1, False, 4, 64), (8, 8, True, 128, 256))),
+    ("b200_sxm", "fp8", 8192, 1024): (
+        ((8, 1, False, 64, 256), (4, 1, False, 8, 32), (8, 1, False, 4, 8)),
+        ((8, 1, False, 4, 256),)),
+    ("h200_sxm", "fp8", 1024, 1024): (
+        ((8, 8, False, 4, 64),),
+        ((8, 8, False, 4, 64), (8, 8, True, 128, 256))),
+    ("h200_sxm", "fp8", 1024, 8192): (
+        ((8, 8, False, 4, 64),),
+        ((8, 8, False, 4, 128), (8, 8, True, 256, 256))),
+    ("h200_sxm", "fp8", 8192, 1024): (
+        ((8, 8, False, 4, 32), (8, 8, True, 64, 64)),
+        ((8, 8, False, 4, 32), (8, 8, True, 64, 256))),
+}
+"""The search spaces of InferenceMAX's single-node DeepSeek-R1 TRT-LLM entries (``MTP_SOURCE``):
+which (TP, EP, attention DP, concurrency) it measured without speculation and with MTP."""
+DSR1_TRT_IMAGES = {"b200_sxm": ("1.2.0rc6.post2", "1.2.0rc6.post3"), "h200_sxm": ("1.1.0rc2.post2", "1.1.0rc2.post2")}
+"""The TRT-LLM release each of those entries runs (without speculation, with MTP)."""
+
+
+def _in_space(space, gpus: int, ep: int, dp: bool, c: int) -> bool:
+    return any(t == gpus and e == ep and d == dp and lo <= c <= hi and c & (c - 1) == 0 for t, e, d, lo, hi in space)
+
+
+def mtp_run(r) -> str:
+    """Whether a row was measured with MTP speculative decoding, read from InferenceMAX's launch
+    configuration (``MTP_SOURCE``): ``mtp`` where the row's TRT-LLM release is the one the ``-mtp``
+    entry runs and its placement and concurrency lie in that entry's search space, and not also
+    in the other entry's with its release; ``none`` the other way round; ``unknown`` where the
+    configuration cannot tell: in both (H200: both entries run 1.1.0rc2.post2), in neither (an
+    older release or search space: the configuration of its day was not read; a row without a
+    release). ``""`` for rows of other models, frameworks or provenance: only InferenceMAX's
+    DeepSeek-R1 TRT-LLM rows (its ``dsr1`` runs, some of which the database dump labels
+    DeepSeek-V3) apply."""
+    if not (r.get("backend") == "trtllm" and inferencemax(r)
+            and (r.get("model") == "deepseek-r1" or str(r.get("id", "")).startswith("dsr1_"))):
+        return ""
+    key = (r.get("system"), r.get("precision"), int(r["isl"]), int(r["osl"]))
+    if key not in DSR1_TRT_SEARCH:
+        return "unknown"
+    stp, mtp = DSR1_TRT_SEARCH[key]
+    dp = int(r.get("dp", 1) or 1)
+    gpus = int(r["tp"]) * dp
+    point = (gpus, int(r.get("ep", 1) or 1), dp > 1, int(r["concurrency"]))
+    plain, spec = DSR1_TRT_IMAGES[key[0]]
+    version = str(r.get("backend_version", ""))
+    runs = [name for name, space, image in (("mtp", mtp, spec), ("none", stp, plain))
+            if version == image and _in_space(space, *point)]
+    return runs[0] if len(runs) == 1 else "unknown"
+
+
+MTP_KINDS = {"mtp": "DeepSeek-R1 TRT-LLM rows measured with MTP (replayed with it)",
+             "none": "DeepSeek-R1 TRT-LLM rows measured without speculation",
+             "unknown": "DeepSeek-R1 TRT-LLM rows the launch configuration cannot tell (replayed without MTP)"}
+"""``mtp_run``'s answers, as the report names them."""
+MTP_TOKENS = {False: 3, True: 1}
+"""Draft tokens per verification in InferenceMAX's ``dsr1_*_trt_mtp.sh`` (``num_nextn_predict_layers``:
+3, or 1 with attention DP)."""
 
 
 def _recorded_concurrency(r) -> int | None:
@@ -306,8 +432,9 @@ def server(row, client: Client) -> dict:
       (``batch_wait_timeout_iters: 20``, ``batch_wait_max_tokens_ratio: 0.9``);
     - DeepSeek-R1 (``dsr1_*.sh``): TRT-LLM ``kv_cache_config.dtype: fp8``, ``--max_batch_size``
       the concurrency and ``--max_num_tokens`` = (batch + ISL x (1 + range ratio + 0.05) + 127)
-      rounded down to 64 (the script's formula without its MTP draft tokens: speculative decoding
-      is not replayed); SGLang ``--chunked-prefill-size 16384 --kv-cache-dtype fp8_e4m3
+      rounded down to 64 (the formula of the script without speculation); on B200 fp8, routed experts from the trtllm-gen kernels its ``TRTLLM`` MoE
+      backend runs (``trtllm_gen_moe``); with MTP (``mtp_run``), ``dsr1_*_trt_mtp.sh``'s drafts and
+      token budget; SGLang ``--chunked-prefill-size 16384 --kv-cache-dtype fp8_e4m3
       --max-running-requests 256``;
     - gpt-oss-120b (``gptoss_*.sh``): vLLM ``max-num-batched-tokens: 8192``, ``async-scheduling:
       true``; TRT-LLM ``--max_num_tokens 20000 --max_batch_size 512``, KV dtype ``auto`` (bf16:
@@ -317,6 +444,7 @@ def server(row, client: Client) -> dict:
     backend, script = row["backend"], launch_script(row, client)
     isl, osl, tp, c = int(row["isl"]), int(row["osl"]), int(row["tp"]), int(row["concurrency"])
     kv: dict = {}
+    cost: dict = {}
     if backend == "trtllm":
         # in-flight batching: generation first, whole prompts (chunked prefill is off by default)
         # GUARANTEED_NO_EVICT reserves prompt + max_tokens; the benchmarks send max_tokens = the
@@ -329,9 +457,18 @@ def server(row, client: Client) -> dict:
             sched["max_num_batched_tokens"] = 16384
             if isl == osl == 1024 and tp < 8:
                 sched |= {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+        elif script == "dsr1" and row.get("speculative") == "mtp":
+            # dsr1_*_trt_mtp.sh: max_batch_size CONC (CONC / TP with attention DP), max_num_tokens
+            # ((MTP + 1) x max_batch_size + ISL + 64 + 63) rounded down to 64
+            dp = int(row.get("dp", 1) or 1)
+            batch = c // dp if dp > 1 else c
+            k = MTP_TOKENS[dp > 1]
+            sched |= {"max_num_batched_tokens": ((k + 1) * batch + isl + 64 + 63) // 64 * 64, "max_num_seqs": batch}
         elif script == "dsr1":
             max_isl = round(isl * (1 + client.range_ratio + 0.05))
             sched |= {"max_num_batched_tokens": (c + max_isl + 64 + 63) // 64 * 64, "max_num_seqs": c}
+            if trtllm_gen_moe(row):
+                cost["moe_table"] = TRTLLM_GEN_TABLE
         elif script == "gptoss":
             sched |= {"max_num_batched_tokens": 20000, "max_num_seqs": 512}
         # TRT-LLM's ``kv_cache_config.dtype: auto`` takes the ModelOpt checkpoint's kv_cache_quant_algo
@@ -361,7 +498,54 @@ def server(row, client: Client) -> dict:
             sched["async_scheduling"] = True
     if aiconfigurator_generated(row):
         sched |= generated_engine(backend, int(row["concurrency"]), isl)
-    return {"scheduler": sched, "kv": kv}
+    return {"scheduler": sched, "kv": kv, **({"cost": cost} if cost else {})}
+
+
+TRTLLM_GEN_TABLE = "vllm"
+"""The collection whose B200 ``fp8_block`` MoE rows time TRT-LLM's trtllm-gen kernels (vLLM 0.24's
+FlashInfer TRT-LLM fp8 experts); TRT-LLM's own B200 collection times DeepGEMM only."""
+
+
+def trtllm_gen_moe(row) -> bool:
+    """Whether a DeepSeek-R1 TRT-LLM row ran the ``TRTLLM`` MoE backend (trtllm-gen kernels) on
+    fp8 experts on B200: InferenceMAX's ``benchmarks/dsr1_fp8_b200_trt.sh`` (SemiAnalysisAI/InferenceX
+    commit 0a919c5f) sets ``moe_config.backend: TRTLLM`` except at 256+ clients with 1k prompts
+    (``DEEPGEMM``); its ``-mtp`` script runs ``DEEPGEMM`` (commit 111f0312), so MTP rows keep the
+    TRT-LLM table."""
+    return (row["backend"] == "trtllm" and row.get("system") == "b200_sxm" and row.get("dtype") == "fp8"
+            and row.get("speculative") != "mtp"
+            and not (int(row["isl"]) == 1024 and int(row["concurrency"]) >= 256))
+
+
+SGLANG_STREAM_INTERVAL = {("b200_sxm", "fp8"): 30, ("b200_sxm", "fp4"): 10, ("h200_sxm", "fp8"): 10}
+"""``--stream-interval`` of InferenceMAX's SGLang DeepSeek-R1 scripts (``benchmarks/dsr1_fp8_b200.sh``,
+``dsr1_fp4_b200.sh``, ``dsr1_fp8_h200.sh``, SemiAnalysisAI/InferenceX commit 1fc5d73c), by (system, csv
+precision)."""
+
+
+def stream_interval(row, client: Client) -> int:
+    """Tokens a server holds before it streams them to the client (1: each at once): SGLang sends
+    a streamed request's output only when it holds a multiple of ``--stream-interval`` tokens
+    (``scheduler_output_processor_mixin.stream_output``: ``len(req.output_ids) % stream_interval
+    == 0``, and at its end), the first token included; InferenceMAX's SGLang DeepSeek-R1 rows run
+    10 or 30 (``SGLANG_STREAM_INTERVAL``). Other rows: 1 (TRT-LLM's scripts set
+    ``stream_interval: 10`` too; whether TRT-LLM holds the first token was not read)."""
+    if row["backend"] != "sglang" or launch_script(row, client) != "dsr1":
+        return 1
+    return SGLANG_STREAM_INTERVAL.get((row.get("system"), row.get("precision")), 1)
+
+
+def streamed(ttft: np.ndarray, tpot: np.ndarray, tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT, TPOT) as a benchmark client measures them when the server streams a request's tokens
+    ``k`` at a time: the first chunk arrives with token min(k, n) of the request's n, which comes
+    (k - 1) of its mean token gaps after its first token (the engine's times, per request); TPOT =
+    (E2E - TTFT) / (n - 1) over the client's TTFT, E2E unchanged."""
+    n = tokens.astype(float)
+    gap = np.where(n > 1, np.nan_to_num(tpot), 0.0)
+    first = ttft + (np.minimum(k, n) - 1) * gap
+    e2e = ttft + (n - 1) * gap
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return first, np.where(n > 1, (e2e - first) / (n - 1), np.nan)
 
 
 def lengths(value: int, ratio: float) -> dict:
@@ -377,14 +561,17 @@ def row_config(r, cost_model: str, client: Client | None = None, think_s: float 
     srv = server(r, client)
     return {
         "model": r["model"], "hardware": r["hardware"], "dtype": r["dtype"],
-        "parallelism": {"tp": int(r["tp"]), **({"ep": int(r["ep"])} if int(r.get("ep", 1) or 1) > 1 else {})},
+        "parallelism": {"tp": int(r["tp"]), **({"ep": int(r["ep"])} if int(r.get("ep", 1) or 1) > 1 else {}),
+                        **({"dp": int(r["dp"])} if int(r.get("dp", 1) or 1) > 1 else {})},
         "scheduler": {"max_num_seqs": max(256, c), **srv["scheduler"]},
+        **({"speculative": {"method": "mtp", "num_speculative_tokens": MTP_TOKENS[int(r.get("dp", 1) or 1) > 1]}}
+           if r.get("speculative") == "mtp" else {}),
         "kv": srv["kv"],
         "workload": {"num_requests": c, "prompt": lengths(int(r["isl"]), client.range_ratio),
                      "output": lengths(int(r["osl"]), client.range_ratio),
                      "closed_loop": {"clients": c, "think_time_s": think_s,
                                      "think": "exponential" if think_s > 0 else "fixed"}},
-        "cost": {"model": cost_model, "framework": r["backend"]},
+        "cost": {"model": cost_model, "framework": r["backend"], **srv.get("cost", {})},
         "output": {"plots": False, "progress": False, "step_records": False},
         "seed": 0,
     }
@@ -472,9 +659,12 @@ def replay(task: tuple) -> dict:
     if not len(req):
         return {"error": "no request finished (rejected: does the context fit?)"}
     ids = req["request_id"].to_numpy()
-    tpot = req["tpot_s"].to_numpy()
+    ttft, tpot = req["ttft_s"].to_numpy(), req["tpot_s"].to_numpy()
+    k = stream_interval(row, client)
+    if k > 1:
+        ttft, tpot = streamed(ttft, tpot, req["generated_tokens"].to_numpy(), k)
     ok = np.isfinite(tpot)
-    return {"ttft_ms": 1e3 * (blend(req["ttft_s"].to_numpy(), ids, c, rounds, client) + think_s),
+    return {"ttft_ms": 1e3 * (blend(ttft, ids, c, rounds, client) + think_s),
             "tpot_ms": 1e3 * blend(tpot[ok], ids[ok], c, rounds, client),
             "client": client.name, "cost_source": res.summary["sim"]["cost_model"]}
 
@@ -538,7 +728,9 @@ def score(pred: pd.DataFrame, models: list[str]) -> dict:
         by_model = []
         if "model" in d:
             ep = d["ep"].astype(int) if "ep" in d else pd.Series(1, index=d.index)
-            par = "tp" + d["tp"].astype(int).astype(str) + np.where(ep > 1, " ep" + ep.astype(str), "")
+            dp = d["dp"].fillna(1).astype(int) if "dp" in d else pd.Series(1, index=d.index)
+            par = ("tp" + d["tp"].astype(int).astype(str) + np.where(ep > 1, " ep" + ep.astype(str), "")
+                   + np.where(dp > 1, " dp" + dp.astype(str), ""))
             d = d.assign(parallelism=par)
             for (m, s, b, p), g in d.groupby(["model", "system", "backend", "parallelism"], sort=True):
                 by_model.append({"model": m, "system": s, "backend": b, "parallelism": p, **stats(g)})

@@ -107,8 +107,9 @@ def _kerneldb(cfg, model, hw, params: RooflineParams, kw: dict):
     if package_root() is None and c.model == "auto":
         return "aiconfigurator-core, the kernel database, is not installed"
     try:
+        moe = {} if c.moe_table in ("framework", c.framework) else {"moe_table": c.moe_table}
         cm = load_kerneldb_cost_model(model, hw, framework=c.framework, version=c.framework_version,
-                                      params=params, **kw)
+                                      params=params, **moe, **kw)
     except KernelDbUnavailable as e:
         if c.model == "kerneldb" or (c.framework_version is not None and "versions:" in str(e)):
             raise ConfigError(f"cost.model kerneldb: {e}") from None

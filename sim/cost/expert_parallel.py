@@ -43,15 +43,22 @@ def group_part(cm, tokens: int) -> float:
     return s.moe_layers * (cm.moe(tokens) + cm.dp_exchange(tokens))
 
 
-def dp_step(cm, shapes: list[BatchShape]) -> tuple[float, list]:
+def dp_step(cm, shapes: list[BatchShape], extra=None) -> tuple[float, list]:
     """One step synchronised over the ``cm.dp`` attention ranks of an expert group: its seconds
     (the slowest rank's own part plus the group's routed experts and exchange) and each rank's
     own ``StepTime`` (None for an idle rank), each priced once. ``shapes``: one batch shape per
-    rank (an idle rank: an empty shape, a dummy batch of one token)."""
+    rank (an idle rank: an empty shape, a dummy batch of one token). ``extra``: a function of a
+    rank's index and its ``StepTime`` that returns the rank's step with more of its own work
+    added (speculative decoding's drafts), or None."""
     if len(shapes) != cm.dp:
         raise ValueError(f"dp_step_time: {len(shapes)} batch shapes for {cm.dp} attention ranks")
     steps = [cm.step_time(sh) if sh.new_tokens else None for sh in shapes]
     own = [0.0 if st is None else rank_part(cm, sh, st) for st, sh in zip(steps, shapes)]
+    if extra is not None:
+        for i, st in enumerate(steps):
+            if st is not None:
+                steps[i] = extra(i, st)
+                own[i] += steps[i].total - st.total
     tokens = sum(max(1, sum(sh.new_tokens)) for sh in shapes)
     return max(own) + group_part(cm, tokens), steps
 

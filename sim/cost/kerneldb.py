@@ -855,9 +855,11 @@ class KernelDbCostModel(RooflineCostModel):
 
 def load_kerneldb_cost_model(model, hw, *, framework: str, version: str | None = None, params=None,
                              tp: int = 1, pp: int = 1, dtype: str = "bf16", kv_dtype: str | None = None,
-                             block_size: int = 16, use_cache: bool = True, **precision) -> KernelDbCostModel:
+                             block_size: int = 16, use_cache: bool = True, moe_table: str | None = None,
+                             **precision) -> KernelDbCostModel:
     """The database model for (GPU, framework, version); raises KernelDbUnavailable with the reason
-    when the package is missing or does not cover the request."""
+    when the package is missing or does not cover the request. ``moe_table``: another framework
+    whose collection on this GPU prices the routed experts (its newest version; MoE models)."""
     from dataclasses import replace
 
     from sim.cost.roofline import RooflineParams
@@ -872,6 +874,8 @@ def load_kerneldb_cost_model(model, hw, *, framework: str, version: str | None =
     if kerneldb_moe.handles(model):
         arrays, cls = {**arrays, **kerneldb_moe.load(system, framework, version, use_cache=use_cache)}, \
             kerneldb_moe.KernelDbMoeCostModel
+        if moe_table is not None:
+            arrays = kerneldb_moe.with_moe_rows_of(arrays, system, moe_table, hw.id, use_cache=use_cache)
     params = params or RooflineParams()
     ov = load_overhead(framework, tp)
     src = "roofline defaults (no fitted overhead for this framework)"

@@ -193,6 +193,20 @@ def load(system: str, framework: str, version: str, *, use_cache: bool = True) -
     return kd.cached_arrays(path, lambda: derive(system, framework, version), use_cache)
 
 
+def with_moe_rows_of(arrays: dict, system: str, framework: str, hardware: str, *,
+                     use_cache: bool = True) -> dict[str, np.ndarray]:
+    """``arrays`` with the routed-expert rows of another framework's collection on ``system`` (its
+    newest version) in place of their own (``cost.moe_table``); ``moe|meta`` names them."""
+    _, version = kd.resolve(hardware, framework, None)
+    other = load(system, framework, version, use_cache=use_cache)
+    if "moe|rows" not in other:
+        raise kd.KernelDbUnavailable(f"cost.moe_table: {framework} {version} has no moe_perf rows for {system}")
+    meta = dict(m.split("=", 1) for m in arrays.get("moe|meta", np.array([])).tolist())
+    meta["moe"] = dict(m.split("=", 1) for m in other["moe|meta"].tolist())["moe"] + " (cost.moe_table)"
+    return {**arrays, "moe|rows": other["moe|rows"],
+            "moe|meta": np.array([f"{k}={v}" for k, v in sorted(meta.items())])}
+
+
 def _table2(rows: np.ndarray) -> Grid | None:
     """A (batch, length) grid of the minimum latency over rows (batch, length, latency), NaN
     cells filled along batch, then length."""
@@ -221,6 +235,7 @@ class KernelDbMoeCostModel(KernelDbCostModel):
     def __init__(self, model, hw, *, framework: str, version: str, system: str, arrays: dict, **kw):
         RooflineCostModel.__init__(self, model, hw, **kw)
         self._start_tables(framework, version, system, arrays)
+        self._group_memo: dict = {}  # moe and dp_exchange by tokens (``_memo``)
         self.gemm_dtype, self.moe_dtype = weight_formats(model, self.dtype)
         if model.id in FP8_CHANNEL_MODELS and self.moe_dtype == "fp8_block":
             self.notes.append("fp8 experts of a per-channel / dynamic fp8 checkpoint: the fp8_block MoE rows (the "
@@ -333,6 +348,9 @@ class KernelDbMoeCostModel(KernelDbCostModel):
     def dp_exchange(self, tokens: int) -> float:
         if self.dp <= 1 or tokens <= 0:
             return 0.0
+        return self._memo(self._group_memo, ("exchange", tokens), lambda: self._exchange_lookup(tokens))
+
+    def _exchange_lookup(self, tokens: int) -> float:
         if self._a2a is not None:  # each rank dispatches and combines its own tokens
             per = float(max(1, -(-tokens // self.dp)))
             roof = lambda x: RooflineCostModel.dp_exchange(self, int(x[0]) * self.dp) / 2  # noqa: E731
@@ -344,8 +362,14 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         return sum(self._lookup(g, roof, (elements,)) for g in self._exchange.values())
 
     def moe(self, tokens: int) -> float:
+        """The routed experts of one MoE layer for ``tokens`` tokens (memoised by tokens with the
+        counts replayed, ``_memo``: an expert group asks for every rank's and the group's tokens
+        at each step)."""
         if self._moe is None:
             return super().moe(tokens)
+        return self._memo(self._group_memo, ("moe", tokens), lambda: self._moe_lookup(tokens))
+
+    def _moe_lookup(self, tokens: int) -> float:
         roof = lambda x: RooflineCostModel.moe(self, max(1, round(x[0]))) / self.expert_skew  # noqa: E731
         return self._lookup(self._moe, roof, (float(tokens),)) * self.expert_skew
 
