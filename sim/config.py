@@ -72,9 +72,14 @@ class Autoscale(_Strict):
 
     @model_validator(mode="after")
     def _bounds(self):
-        if self.max_replicas < self.min_replicas:
-            raise ValueError(f"max_replicas ({self.max_replicas}) is below min_replicas ({self.min_replicas})")
-        return self
+        return _replica_bounds(self)
+
+
+def _replica_bounds(scaler):
+    """An autoscaler's bounds hold: ``max_replicas`` >= ``min_replicas`` (both autoscalers)."""
+    if scaler.max_replicas < scaler.min_replicas:
+        raise ValueError(f"max_replicas ({scaler.max_replicas}) is below min_replicas ({scaler.min_replicas})")
+    return scaler
 
 
 class PrefixRouting(_Strict):
@@ -116,8 +121,7 @@ class PoolAutoscale(_Strict):
 
     @model_validator(mode="after")
     def _bounds(self):
-        if self.max_replicas < self.min_replicas:
-            raise ValueError(f"max_replicas ({self.max_replicas}) is below min_replicas ({self.min_replicas})")
+        _replica_bounds(self)
         if self.signal == "kv_usage" and self.target > 1:
             raise ValueError(f"target ({self.target}) is a fraction of the KV pool for signal kv_usage: at most 1")
         return self
