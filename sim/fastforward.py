@@ -397,8 +397,8 @@ class BlockGrower:
             e = j + 1
             while e < m and events[e][0] == k:
                 e += 1
-            if not kv.can_allocate(e - j):  # each needs exactly one block
-                return k
+            if not kv.can_allocate(e - j) or kv.evicts_watched(e - j):  # each needs exactly one block
+                return k  # (or it would evict a block a refused admission depends on: the loop plans)
             for _, i in events[j:e]:
                 r = reqs[i]
                 if not kv.grow_one(r.id, r.num_computed + 1 + k):

@@ -67,7 +67,10 @@ def test_router_capabilities():
 
 
 def test_kv_capabilities():
-    assert KVManager(8, 4).static_refusal and not PrefixKVManager(8, 4).static_refusal
+    # a prefix cache's refusals stay put while no hit block of the waiting head is evicted: it
+    # names those blocks (``evicts_watched``), and the decode fast-forward stops before evicting one
+    assert KVManager(8, 4).static_refusal and PrefixKVManager(8, 4).static_refusal
+    assert not KVManager(8, 4).evicts_watched(8)
     kv = KVManager(3, 4, 0.0)
     assert kv.allocate(1, 4) and kv.grow_one(1, 5) and kv.held[1] == 2
     assert kv.grow_one(1, 9) and not kv.grow_one(1, 13)  # pool empty: refused, nothing changed
@@ -114,3 +117,26 @@ def test_fast_forward_without_step_rows_is_exact_with_the_default_cost_model():
     a = {**on.summary, "sim": {k: v for k, v in on.summary["sim"].items() if k != "wall_s"}}
     b = {**off.summary, "sim": {k: v for k, v in off.summary["sim"].items() if k != "wall_s"}}
     assert a == b
+
+
+@pytest.mark.parametrize("eviction", ["lru", "lfu", "fifo"])
+def test_evicts_watched_names_the_next_evictions_and_changes_nothing(eviction):
+    """Three blocks: two cached and freed (evicted in that order), one plain free block.
+    Taking a block takes the plain one first; a second evicts the first cached block. Asking
+    changes nothing: the evictions that follow are the same."""
+    from sim.kv.prefix import CachedBlockPool
+
+    pool = CachedBlockPool(3, eviction)
+    a, b, c = pool.take(3)
+    pool.register([a, b], [101, 102])
+    pool.tick += 1
+    pool.give([a])
+    pool.tick += 1
+    pool.give([b])
+    pool.give([c])  # no hash: plain free, taken first
+    pool.watched = {b: 1}
+    assert not pool.evicts_any(0, pool.watched) and not pool.evicts_any(1, pool.watched)
+    assert pool.evicts_any(2, pool.watched)  # a, then b
+    pool.watched = {a: 0}
+    assert pool.evicts_any(1, pool.watched)
+    assert pool.take(1) == [c] and pool.take(2) == [a, b]  # the order peeked

@@ -32,6 +32,9 @@ class KVManager:
     """
 
     static_refusal = True
+    """(A manager whose refusals stay put only while certain blocks stay cached also says True,
+    and names those blocks with ``evicts_watched``: the decode fast-forward stops before a step
+    whose growth would evict one.)"""
     covered_is_noop = True
     """True when ``allocate`` for tokens a request's blocks already cover changes nothing (the
     schedulers then skip the call on their hot path; prefix caching registers full blocks then)."""
@@ -74,6 +77,11 @@ class KVManager:
         reserve = self.watermark_blocks if admit else 0
         return self.num_blocks - self._used - n_blocks >= reserve
 
+
+    def evicts_watched(self, n_blocks: int) -> bool:
+        """Whether taking ``n_blocks`` now would evict a block that a refused admission's answer
+        depends on (``static_refusal``); never here: no block is cached."""
+        return False
     def prefix_hit(self, spec, num_tokens: int) -> int:
         """Leading tokens of ``spec``'s prompt whose KV is cached (always 0 without prefix caching)."""
         return 0

@@ -158,6 +158,39 @@ class CachedBlockPool:
             ref[b] = 1
         return out
 
+    def evicts_any(self, n: int, blocks: dict) -> bool:
+        """Whether the next ``n`` evictions (the ``n`` free cached blocks ``_evict`` would take
+        now) include one of ``blocks``; changes nothing (a heap's entries popped to look are
+        pushed back: its pops follow the entries' keys, which are unique, not its layout)."""
+        if n <= 0:
+            return False
+        if self.in_free_order:
+            stale, skipped, seen = self._stale, {}, 0
+            for b in self._queue:
+                s = skipped.get(b, 0)
+                if s < stale[b]:  # (one of its stale entries, skipped as _evict skips them)
+                    skipped[b] = s + 1
+                    continue
+                if b in blocks:
+                    return True
+                seen += 1
+                if seen == n:
+                    return False
+            return False
+        heap, version, ref, popped, hit, seen = self._heap, self._version, self.ref, [], False, 0
+        while seen < n and heap:
+            e = heapq.heappop(heap)
+            popped.append(e)
+            b = e[2]
+            if e[3] == version[b] and ref[b] == 0:
+                if b in blocks:
+                    hit = True
+                    break
+                seen += 1
+        for e in popped:
+            heapq.heappush(heap, e)
+        return hit
+
     def _evict(self, n: int) -> list[int]:
         """The ``n`` free cached blocks with the smallest keys, their hashes dropped."""
         out = []
@@ -256,7 +289,14 @@ class PrefixKVManager(KVManager):
     """``KVManager`` with prefix caching over a ``CachedBlockPool``: each request's block table
     (``tables``, block ids in order) beside the count every manager keeps (``held``)."""
 
-    static_refusal = False  # an admission attempt looks the prefix up, which touches the cache
+    # A refused admission changes nothing results read: the lookup's memos are caches, and the
+    # tick it spends keeps the order of every recorded tick (each state-changing call has a tick
+    # of its own either way). While the batch only decodes it stays refused unless decodes evict
+    # one of the waiting head's hit blocks: with chunked prefill the head asks for its hit plus a
+    # budget-sized chunk, so a shorter hit can need fewer blocks from the free pool. The decode
+    # fast-forward asks ``evicts_watched`` and stops before such a step (the head's hits are the
+    # blocks its last lookup watches: the scheduler tries the head only, head-of-line).
+    static_refusal = True
     covered_is_noop = False  # allocate registers newly full blocks in the cache even without growing
     bulk_growth = False  # growing may evict cached blocks and registers full ones
 
@@ -282,6 +322,12 @@ class PrefixKVManager(KVManager):
     def can_allocate(self, n_blocks: int, *, admit: bool = False) -> bool:
         reserve = self.watermark_blocks if admit else 0
         return self.pool.num_free - n_blocks >= reserve
+
+    def evicts_watched(self, n_blocks: int) -> bool:
+        """Whether taking ``n_blocks`` now would evict a block of the last hit lookup's answer
+        (``static_refusal``)."""
+        pool = self.pool
+        return bool(pool.watched) and pool.evicts_any(n_blocks - len(pool._free), pool.watched)
 
     def _take(self, req_id: int, n: int) -> None:
         self.tables.setdefault(req_id, []).extend(self.pool.take(n))

@@ -263,6 +263,8 @@ class TieredKVManager(PrefixKVManager):
     preemption the host tier is the swap space (``swap_blocks`` = its size)."""
 
     tiered = True
+    # a lower tier's drops can shorten the waiting head's hit too: refusals are not static here
+    static_refusal = False
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, host_blocks: int,
                  disk_blocks: int = 0, swap: bool = False, eviction: str = "lru", tally: TierTally | None = None):
