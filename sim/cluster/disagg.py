@@ -35,7 +35,7 @@ class Disaggregation:
         self.handed_off: dict = {}  # pools: prefill pool -> requests it handed off
 
     @classmethod
-    def for_config(cls, cfg, replicas: list, hw, model, pools=None, parts=None) -> Disaggregation | None:
+    def for_config(cls, cfg, replicas: list, hw, model, pools, parts) -> Disaggregation | None:
         """The disaggregation ``cfg`` asks for (``cluster.prefill_replicas`` or pools of role
         prefill; None without). The link defaults to the hardware's host link times the GPUs of a
         replica (with pools: the slower end's, ``sim.cluster.pools.link_bytes_per_s``)."""
@@ -44,8 +44,9 @@ class Disaggregation:
         npre = cfg.cluster.prefill_replicas
         if not npre:
             return None
-        gpus = cfg.parallelism.tp * cfg.parallelism.pp
-        bw = cfg.cluster.kv_transfer_gbps * 1e9 if cfg.cluster.kv_transfer_gbps else hw.host_bw * gpus
+        from sim.cluster.pools import link_bytes_per_s
+
+        bw = link_bytes_per_s(cfg, pools[0], hw)  # (the shorthand's two pools share one card and layout)
         return cls(replicas, npre, bw, model.kv_bytes_per_token(cfg.kv_dtype))
 
     @classmethod

@@ -16,12 +16,9 @@ def make_cost_model(cfg, model, hw) -> CostModel:
     and disk bandwidth, ``sim.kv.tiers.host_link``) when it has one."""
     cm = _make_cost_model(cfg, model, hw)
     if cfg.kv.host_tier is not None:
-        from sim.cost.memory import kv_bytes_per_token_per_gpu
         from sim.kv.tiers import host_link
 
-        block_bytes = cfg.kv.block_size * kv_bytes_per_token_per_gpu(model, cfg.parallelism.tp, cfg.parallelism.pp,
-                                                                     cfg.kv_dtype)
-        cm.link = host_link(cfg, hw, block_bytes)
+        cm.link = host_link(cfg, hw, cm.host_link().block_bytes)  # (the card's link priced the block first)
     return cm
 
 

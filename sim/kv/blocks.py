@@ -77,11 +77,11 @@ class KVManager:
         reserve = self.watermark_blocks if admit else 0
         return self.num_blocks - self._used - n_blocks >= reserve
 
-
     def evicts_watched(self, n_blocks: int) -> bool:
         """Whether taking ``n_blocks`` now would evict a block that a refused admission's answer
         depends on (``static_refusal``); never here: no block is cached."""
         return False
+
     def prefix_hit(self, spec, num_tokens: int) -> int:
         """Leading tokens of ``spec``'s prompt whose KV is cached (always 0 without prefix caching)."""
         return 0

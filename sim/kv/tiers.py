@@ -163,8 +163,7 @@ class LowerTiers:
             host[h] = None
         self.tally.offloaded += len(hashes)
         self.version += 1
-        if len(self.host) > self.host_blocks - (sum(self.swapped.values()) if self.swapped else 0):
-            self._shrink()
+        self._shrink()
 
     def _shrink(self) -> None:
         """Evict host's oldest blocks into disk (or drop them) until host fits beside the pinned
