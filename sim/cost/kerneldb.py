@@ -394,6 +394,8 @@ RUN_SIZES = 16
 """Batch sizes whose last decode run ``_decode_attn`` keeps (see there)."""
 RUN_STEPS = MEMO_ENTRIES // RUN_SIZES
 """Steps kept of each such run (all of them together: at most ``MEMO_ENTRIES``)."""
+TOTALS_ENTRIES = 1 << 21
+"""Most decode-step totals ``decode_totals`` keeps (about 200 MB at this size)."""
 
 
 class KernelDbCostModel(RooflineCostModel):
@@ -401,6 +403,7 @@ class KernelDbCostModel(RooflineCostModel):
 
     source = "kerneldb"
     _grid_decode = False  # decode attention priced from the decode table alone (set by __init__)
+    _totals = None  # decode_totals' memo (set by __init__ where it holds)
 
     def __init__(self, model, hw, *, framework: str, version: str, system: str, arrays: dict, **kw):
         super().__init__(model, hw, **kw)
@@ -426,6 +429,11 @@ class KernelDbCostModel(RooflineCostModel):
                              and cls._attn_decode_run is KernelDbCostModel._attn_decode_run
                              and cls._grid_decode_run is KernelDbCostModel._grid_decode_run
                              and self._gen.two_axes)  # decode attention from the table alone (count_decode_run)
+        # decode_totals' memo, where a step's total is a function of (batch, KV tokens): (the p and
+        # decode table it was computed with, {batch: {KV tokens: total}}, entries)
+        self._totals = (None, None, {}, 0) if self._grid_decode and type(self).decode_totals is KernelDbCostModel.decode_totals \
+            and cls._decode_parts is KernelDbCostModel._decode_parts and cls._dense_part is RooflineCostModel._dense_part \
+            and cls._dense_terms is KernelDbCostModel._dense_terms else None
         if (cls.attn_prefill is KernelDbCostModel.attn_prefill and cls.attn_prefill_window is RooflineCostModel.attn_prefill_window
                 and cls._dense_part is RooflineCostModel._dense_part and cls._dense_terms is KernelDbCostModel._dense_terms
                 and cls._fixed_part is RooflineCostModel._fixed_part):
@@ -702,10 +710,33 @@ class KernelDbCostModel(RooflineCostModel):
         """The ``total`` of ``decode_step`` for ``steps`` consecutive steps (kv_tokens grows by
         num_seqs, longest by 1 each step), as a list: the same floating-point operations, so the
         same values. Counts nothing: the fast-forward may price more steps than a run keeps, and
-        counts the out-of-range queries of the steps kept with ``count_decode_run``."""
+        counts the out-of-range queries of the steps kept with ``count_decode_run``.
+
+        With decode attention from the table alone (``_grid_decode``), a step's total depends on
+        the batch size and the KV tokens only, and runs of one replica ask the same (batch, KV)
+        points again and again (about 95% of them on the benchmark workload): each total computed
+        is kept by batch size and KV tokens (``TOTALS_ENTRIES`` at most, dropped together when
+        full; kept while ``p`` and the decode table are the ones they were computed with), and a
+        run whose every step is kept is read, not priced."""
+        memo = self._totals
+        if memo is not None:
+            if memo[0] is not self.p or memo[1] is not self._gen.lt or memo[3] > TOTALS_ENTRIES:
+                memo = self._totals = (self.p, self._gen.lt, {}, 0)
+            by_kv = memo[2].get(num_seqs)
+            if by_kv is None:
+                by_kv = memo[2][num_seqs] = {}
+            kvs = range(kv_tokens, kv_tokens + steps * num_seqs, num_seqs)
+            out = list(map(by_kv.get, kvs))
+            if None not in out:
+                return out
         gemm, other, comm, cpu, ad = self._decode_parts(num_seqs, kv_tokens, longest, steps)
         g0 = gemm + 0.0  # (the first addition of _price's total; the rest in its order)
-        return [g0 + x + comm + other + cpu + 0.0 for x in ad]
+        out = [g0 + x + comm + other + cpu + 0.0 for x in ad]
+        if memo is not None:
+            before = len(by_kv)
+            by_kv.update(zip(kvs, out))
+            self._totals = (memo[0], memo[1], memo[2], memo[3] + len(by_kv) - before)
+        return out
 
     def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict:
         """``decode_step`` for ``steps`` consecutive steps as columns (``total`` and each
