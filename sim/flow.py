@@ -236,7 +236,8 @@ class Flow:
         for m in members.values():
             e = m.e
             d = m.due
-            c = blocks_before(d, e if e < k else k, bs)
+            end = e if e < k else k
+            c = (end - 1 - d) // bs + 1 if d < end else 0  # (fastforward.blocks_before, inlined)
             if c:
                 grows.append((m, d, c))
                 pairs.append((m.r.id, c))
@@ -262,7 +263,7 @@ class Flow:
         self.base = left
         times.extend(new_times)
         rep.step_s = times[-1] - times[-2]
-        gaps = list(map(sub, times[k0 + 1:k + 1], times[k0:k]))  # each step's
+        gaps = list(map(sub, new_times, times[k0:k]))  # each step's (new_times: times[k0 + 1:k + 1])
         self.seg_max.append(max(gaps))
         run = DecodeRun(None, times[k0:k + 1], None, start_used, grown, bs, cost.source, k - k0, freed, total)
         if self.rows:

@@ -364,15 +364,16 @@ def test_trtllm_quantised_rows_replay_with_an_fp8_kv_cache():
 
 
 @needs_db
-@pytest.mark.parametrize("bound", ["MEMO_ENTRIES", "TOTALS_ENTRIES"])
-def test_a_full_attention_memo_starts_again_without_changing_results(monkeypatch, bound):
+@pytest.mark.parametrize("bound, size", [("MEMO_ENTRIES", 16), ("TOTALS_ENTRIES", 16), ("TOTALS_ENTRIES", 30000)])
+def test_a_full_attention_memo_starts_again_without_changing_results(monkeypatch, bound, size):
     """The attention memos and the decode-step totals' memo are bounded (``MEMO_ENTRIES``,
-    ``TOTALS_ENTRIES``): one that fills starts again empty, and the run's requests, steps and
-    out-of-range counts are those of an unbounded memo."""
+    ``TOTALS_ENTRIES``): one that fills starts again empty (a run longer than the whole bound is
+    priced and not kept), and the run's requests, steps and out-of-range counts are those of an
+    unbounded memo."""
     cfg = {"cluster": {"replicas": 2}, "workload": {"rate": 20.0, "num_requests": 600},
            "cost": {"model": "kerneldb"}, "output": {"plots": False, "progress": False}}
     full = simulate(cfg)
-    monkeypatch.setattr(kerneldb, bound, 16)
+    monkeypatch.setattr(kerneldb, bound, size)
     small = simulate(cfg)
     pd.testing.assert_frame_equal(full.requests, small.requests)
     pd.testing.assert_frame_equal(full.steps, small.steps)

@@ -394,8 +394,9 @@ RUN_SIZES = 16
 """Batch sizes whose last decode run ``_decode_attn`` keeps (see there)."""
 RUN_STEPS = MEMO_ENTRIES // RUN_SIZES
 """Steps kept of each such run (all of them together: at most ``MEMO_ENTRIES``)."""
-TOTALS_ENTRIES = 1 << 21
-"""Most decode-step totals ``decode_totals`` keeps (about 200 MB at this size)."""
+TOTALS_ENTRIES = 1 << 23
+"""Most places ``decode_totals``' memo holds, each a decode-step total or None (at most 64 MB of
+list, 24 bytes more per total kept; the benchmark's million requests fill about N of them)."""
 
 
 class KernelDbCostModel(RooflineCostModel):
@@ -430,8 +431,8 @@ class KernelDbCostModel(RooflineCostModel):
                              and cls._grid_decode_run is KernelDbCostModel._grid_decode_run
                              and self._gen.two_axes)  # decode attention from the table alone (count_decode_run)
         # decode_totals' memo, where a step's total is a function of (batch, KV tokens): (the p and
-        # decode table it was computed with, {batch: {KV tokens: total}}, entries)
-        self._totals = (None, None, {}, 0) if self._grid_decode and type(self).decode_totals is KernelDbCostModel.decode_totals \
+        # decode table it was computed with, {batch: [total or None by KV tokens]}, places in all)
+        self._totals = [None, None, {}, 0] if self._grid_decode and type(self).decode_totals is KernelDbCostModel.decode_totals \
             and cls._decode_parts is KernelDbCostModel._decode_parts and cls._dense_part is RooflineCostModel._dense_part \
             and cls._dense_terms is KernelDbCostModel._dense_terms else None
         if (cls.attn_prefill is KernelDbCostModel.attn_prefill and cls.attn_prefill_window is RooflineCostModel.attn_prefill_window
@@ -615,6 +616,12 @@ class KernelDbCostModel(RooflineCostModel):
     def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
         if not num_seqs:
             return 0.0
+        if self._totals is not None:  # (a value a decode run priced in range: the lookup's, counting nothing)
+            pts = self._totals[2].get(-num_seqs)
+            if pts is not None and kv_tokens < len(pts) and self._totals[1] is self._gen.lt:
+                v = pts[kv_tokens]
+                if v is not None:
+                    return v
         return self._memo(self._attn_d, (num_seqs, kv_tokens), lambda: self._decode_lookup(self._gen, num_seqs, kv_tokens))
 
     def all_reduce(self, elements: int) -> float:
@@ -715,28 +722,45 @@ class KernelDbCostModel(RooflineCostModel):
         With decode attention from the table alone (``_grid_decode``), a step's total depends on
         the batch size and the KV tokens only, and runs of one replica ask the same (batch, KV)
         points again and again (about 95% of them on the benchmark workload): each total computed
-        is kept by batch size and KV tokens (``TOTALS_ENTRIES`` at most, dropped together when
-        full; kept while ``p`` and the decode table are the ones they were computed with), and a
-        run whose every step is kept is read, not priced."""
-        memo = self._totals
-        if memo is not None:
-            if memo[0] is not self.p or memo[1] is not self._gen.lt or memo[3] > TOTALS_ENTRIES:
-                memo = self._totals = (self.p, self._gen.lt, {}, 0)
-            by_kv = memo[2].get(num_seqs)
-            if by_kv is None:
-                by_kv = memo[2][num_seqs] = {}
-            kvs = range(kv_tokens, kv_tokens + steps * num_seqs, num_seqs)
-            out = list(map(by_kv.get, kvs))
+        is kept in a list by batch size, indexed by KV tokens (None where not computed; a run's
+        steps are one slice of it), at most ``TOTALS_ENTRIES`` places in all (dropped together
+        when full; kept while ``p`` and the decode table are the ones they were computed with),
+        and a run whose every step is kept is read, not priced."""
+        pts = self._points(num_seqs, kv_tokens + steps * num_seqs) if self._totals is not None else None
+        if pts is not None:
+            out = pts[kv_tokens:kv_tokens + steps * num_seqs:num_seqs]
             if None not in out:
                 return out
         gemm, other, comm, cpu, ad = self._decode_parts(num_seqs, kv_tokens, longest, steps)
         g0 = gemm + 0.0  # (the first addition of _price's total; the rest in its order)
         out = [g0 + x + comm + other + cpu + 0.0 for x in ad]
-        if memo is not None:
-            before = len(by_kv)
-            by_kv.update(zip(kvs, out))
-            self._totals = (memo[0], memo[1], memo[2], memo[3] + len(by_kv) - before)
+        if pts is not None:
+            pts[kv_tokens:kv_tokens + steps * num_seqs:num_seqs] = out
         return out
+
+    def _points(self, key: int, end: int) -> list | None:
+        """The memo list of ``key`` (a batch size: ``decode_totals``' totals; minus one: the
+        decode attention ``_attn_decode_run`` priced in range, read by ``attn_decode``), at least
+        ``end`` places long, or None when ``end`` is beyond the memo's bound. Every list is
+        dropped when ``p`` or the decode table changed, or when growing one would pass
+        ``TOTALS_ENTRIES`` places in all."""
+        memo = self._totals
+        if memo[0] is not self.p or memo[1] is not self._gen.lt:
+            memo = self._totals = [self.p, self._gen.lt, {}, 0]
+        pts = memo[2].get(key)
+        if pts is None:
+            pts = memo[2][key] = []
+        if end > len(pts):
+            grow = end + (end >> 2) - len(pts)  # (a quarter more: runs go on growing)
+            if memo[3] + grow > TOTALS_ENTRIES:
+                memo = self._totals = [self.p, self._gen.lt, {}, 0]
+                grow = end + (end >> 2)
+                if grow > TOTALS_ENTRIES:
+                    return None  # (a run beyond the memo's bound: priced, not kept)
+                pts = memo[2][key] = []
+            pts += [None] * grow
+            memo[3] += grow
+        return pts
 
     def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict:
         """``decode_step`` for ``steps`` consecutive steps as columns (``total`` and each
@@ -814,10 +838,17 @@ class KernelDbCostModel(RooflineCostModel):
     def _attn_decode_run(self, n: int, kv_tokens: int, longest: int, steps: int) -> tuple[list[float], list[int]]:
         """``attn_decode`` of each step of a run (kv_tokens + j n, longest + j) and the
         out-of-range queries of each, counting none (``_decode_lookup`` of the decode table,
-        batched; a subclass that prices decode attention otherwise: one query at a time)."""
+        batched; a subclass that prices decode attention otherwise: one query at a time). The
+        steps in the table's range are kept for ``attn_decode`` (``_points``): the step an arrival
+        joins, priced by ``attn_decode``, is mostly one a run priced."""
         if type(self).attn_decode is not KernelDbCostModel.attn_decode:
             return self._quiet_attn_decode(n, [(kv_tokens + j * n, longest + j) for j in range(steps)])
-        return self._grid_decode_run(self._gen, n, kv_tokens, steps)
+        vals, outs = self._grid_decode_run(self._gen, n, kv_tokens, steps)
+        if self._totals is not None and steps:
+            pts = self._points(-n, kv_tokens + steps * n)
+            if pts is not None:  # (only values in range: one out of range also counts its query)
+                pts[kv_tokens:kv_tokens + steps * n:n] = [None if o else v for v, o in zip(vals, outs)] if any(outs) else vals
+        return vals, outs
 
     def _quiet_attn_decode(self, n: int, queries) -> tuple[list[float], list[int]]:
         """``attn_decode(n, kv, longest)`` for each (kv, longest) of ``queries`` and the
