@@ -42,6 +42,9 @@ class DecodeRun:
     sizes: list | None = None
     """The batch size of each step, where the run went on past finishes and step rows are kept
     (None: ``len(reqs)`` at every step)."""
+    gaps: list | None = None
+    """Each step's span (the next step's start less its own, as ``times`` gives it), where the
+    run's maker computed them already (a flow's leg)."""
 
     def used_at(self, k: int) -> int:
         """KV blocks in use at the end of step ``k``, as a step row records them: after the

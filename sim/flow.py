@@ -266,6 +266,7 @@ class Flow:
         gaps = list(map(sub, new_times, times[k0:k]))  # each step's (new_times: times[k0 + 1:k + 1])
         self.seg_max.append(max(gaps))
         run = DecodeRun(None, times[k0:k + 1], None, start_used, grown, bs, cost.source, k - k0, freed, total)
+        run.gaps = gaps
         if self.rows:
             run.columns, run.sizes = series_rows(cost, priced)
         return k, (_LEG, k0, k, n0, gone, run, gaps, len(self.seg_max) - 1), due

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.fastforward import DecodeRun
-from sim.metrics.steplog import StepLog, run_busy_ns
+from sim.metrics import steplog
+from sim.metrics.steplog import StepLog
 from sim.types import StepTime
 
 sources = st.sampled_from(["roofline", "profiled", "database"])
@@ -62,23 +63,39 @@ def test_merged_totals():
 
 
 @settings(max_examples=200, deadline=None)
-@given(start=st.floats(0, 1e6), gaps=st.lists(st.floats(1e-6, 10.0), min_size=1, max_size=150),
-       extra=st.integers(0, 3))
-def test_run_busy_time_is_each_step_rounded_to_nanoseconds(start, gaps, extra):
-    """A run's busy time (the step log's ``busy_ns``) is the sum of its steps' times, each
-    rounded to whole nanoseconds as ``StepLog.add`` rounds one step, short runs (summed in
-    plain Python) and long ones (numpy) alike; times past the run's steps are not read."""
-    times = [start]
-    for g in gaps:
-        times.append(times[-1] + g)
-    times += [times[-1] + 1.0] * extra
-    run = DecodeRun(None, times, None, 0, [], 16, "roofline", len(gaps))
-    want = 0
-    for a, b in zip(times, times[1:len(gaps) + 1]):
-        log = StepLog(keep_rows=False)
-        log.add(0, a, StepTime(b - a), 1, 0, 1, 0, 0, 0)
-        want += log.busy_ns
-    assert run_busy_ns(run) == want
+@given(start=st.floats(0, 1e6), runs=st.lists(st.lists(st.floats(1e-6, 10.0), min_size=1, max_size=150), min_size=1,
+                                              max_size=4),
+       extra=st.integers(0, 3), spans=st.booleans(), pending=st.sampled_from([1, 7, 1 << 16]),
+       replicas=st.booleans())
+def test_run_busy_time_is_each_step_rounded_to_nanoseconds(start, runs, extra, spans, pending, replicas):
+    """A run's busy time (the step log's ``busy_ns``, and ``by_replica``) is the sum of its
+    steps' times, each rounded to whole nanoseconds as ``StepLog.add`` rounds one step, whether
+    the run carries its steps' spans (a flow's leg) or only its times, and however many step
+    times are held before they are rounded (``PENDING_STEPS``); times past the run's steps are not
+    read."""
+    old, steplog.PENDING_STEPS = steplog.PENDING_STEPS, pending
+    try:
+        log = StepLog(keep_rows=False, by_replica={} if replicas else None)
+        want, per = 0, {}
+        for i, gaps in enumerate(runs):
+            times = [start]
+            for g in gaps:
+                times.append(times[-1] + g)
+            times += [times[-1] + 1.0] * extra
+            run = DecodeRun(None, times, None, 0, [], 16, "roofline", len(gaps))
+            if spans:
+                run.gaps = [b - a for a, b in zip(times, times[1:len(gaps) + 1])]
+            log.add_run(i % 2, run, 0, 0, 0)
+            for a, b in zip(times, times[1:len(gaps) + 1]):
+                one = StepLog(keep_rows=False)
+                one.add(0, a, StepTime(b - a), 1, 0, 1, 0, 0, 0)
+                want += one.busy_ns
+                per[i % 2] = per.get(i % 2, 0) + one.busy_ns
+        assert log.busy_ns == want
+        if replicas:
+            assert log.by_replica == per
+    finally:
+        steplog.PENDING_STEPS = old
 
 
 def test_workers_merge_every_process_s_extrapolation():

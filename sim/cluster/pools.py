@@ -131,6 +131,7 @@ def pools_output(eng) -> dict:
     """Per pool, what the summary's ``pools`` block needs from a finished engine: its spec, its
     replicas (those an autoscaler added too), the requests it handed off (prefill pools), its
     busy nanoseconds and its provisioning record (autoscaled pools)."""
+    eng.steps.fold_busy()
     busy = eng.steps.by_replica or {}
     fleets = eng.dynamics.pool_fleets
     handed = eng.disagg.handed_off if eng.disagg is not None else {}

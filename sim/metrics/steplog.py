@@ -7,6 +7,7 @@ import math
 from array import array
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from operator import sub
 
 from sim.types import COMPONENTS
 
@@ -159,19 +160,42 @@ class StepLog:
     keep_rows: bool = True
     count: int = 0  # running totals, kept with or without rows
     peak_kv_blocks: int = 0
-    busy_ns: int = 0
-    """Step time summed over every step of every replica, each step rounded to whole nanoseconds
-    (an integer: the same sum in any order, so with ``engine.workers`` too); kept only with
-    ``track_busy`` (what the share of extrapolated time needs: a cost model that can leave its
-    measured grid), else 0."""
+    _busy: int = field(default=0, init=False, repr=False)  # busy_ns, less what _pending holds
     track_busy: bool = True
     by_replica: dict | None = None
     """Busy nanoseconds per replica (as ``busy_ns``, which it needs), when a dict is given
-    (pools: each pool's busy share)."""
+    (pools: each pool's busy share); read it after ``fold_busy``."""
+    _pending: dict = field(default_factory=dict, init=False, repr=False)
+    # by replica, the step times of decode runs not yet rounded and summed (``fold_busy``): a
+    # run's steps are appended at C speed and rounded with numpy, PENDING_STEPS at a time
     _sources: Counter = field(default_factory=Counter, init=False, repr=False)
     # the steps counted since ``sources`` was last read: a Counter's item assignment dispatches
     # through Python (it defines __delitem__), about three times a plain dict's
     _recent: defaultdict = field(default_factory=lambda: defaultdict(int), init=False, repr=False)
+
+    @property
+    def busy_ns(self) -> int:
+        """Step time summed over every step of every replica, each step rounded to whole
+        nanoseconds (an integer: the same sum in any order, so with ``engine.workers`` too); kept
+        only with ``track_busy`` (what the share of extrapolated time needs: a cost model that
+        can leave its measured grid), else 0."""
+        self.fold_busy()
+        return self._busy
+
+    def fold_busy(self, replica: int | None = None) -> None:
+        """Round and add the pending step times (of ``replica``, or of every replica) to
+        ``busy_ns`` and ``by_replica``: ``floor(t * 1e9 + 0.5)`` of each, as ``add`` rounds one
+        step (numpy's products and sums of doubles are IEEE's, element by element)."""
+        import numpy as np
+
+        for r in ([replica] if replica is not None else list(self._pending)):
+            times = self._pending.pop(r, None)
+            if not times:
+                continue
+            ns = int(np.floor(np.frombuffer(times, float) * 1e9 + 0.5).astype(np.int64).sum())
+            self._busy += ns
+            if self.by_replica is not None:
+                self.by_replica[r] = self.by_replica.get(r, 0) + ns
 
     @property
     def sources(self) -> Counter:
@@ -186,7 +210,7 @@ class StepLog:
         self.count += 1
         if self.track_busy:
             ns = int(st.total * 1e9 + 0.5)
-            self.busy_ns += ns
+            self._busy += ns
             if self.by_replica is not None:
                 self.by_replica[replica] = self.by_replica.get(replica, 0) + ns
         if kv_used > self.peak_kv_blocks:
@@ -218,7 +242,8 @@ class StepLog:
         """Add ``other``'s totals and rows (another process's log of other replicas: ``sim.shards``;
         rows are kept only if this log keeps them)."""
         self.count += other.count
-        self.busy_ns += other.busy_ns
+        self.fold_busy()
+        self._busy += other.busy_ns  # (folds other's)
         if self.by_replica is not None and other.by_replica:
             for i, ns in other.by_replica.items():
                 self.by_replica[i] = self.by_replica.get(i, 0) + ns
@@ -237,11 +262,19 @@ class StepLog:
         finishes has each step's batch size in ``run.sizes``)."""
         k = run.steps
         self.count += k
-        if self.track_busy:
-            ns = run_busy_ns(run)
-            self.busy_ns += ns
-            if self.by_replica is not None:
-                self.by_replica[replica] = self.by_replica.get(replica, 0) + ns
+        if self.track_busy and k > 0:
+            times = self._pending.get(replica)
+            if times is None:
+                times = self._pending[replica] = array("d")
+            if run.columns is not None:  # (the priced totals, else the steps' spans)
+                times.fromlist(run.columns["total"][:k])
+            elif run.gaps is not None:
+                times.fromlist(run.gaps)
+            else:
+                t = run.times
+                times.extend(map(sub, t[1:k + 1], t))
+            if len(times) >= PENDING_STEPS:
+                self.fold_busy(replica)
         if used_end > self.peak_kv_blocks or run.most_used() > self.peak_kv_blocks:  # (else no step can raise it)
             peak = run.peak_used(used_end)
             if peak > self.peak_kv_blocks:
@@ -267,26 +300,6 @@ class StepLog:
             self.components[c].extend(run.columns[c])
 
 
-def run_busy_ns(run) -> int:
-    """The step times of a decode run's ``steps`` steps in whole nanoseconds, as ``StepLog.add``
-    rounds them one by one: from its columns when it has them, else from its step times (each
-    step ends where the next starts)."""
-    k = run.steps
-    if k <= 0:
-        return 0
-    if run.columns is None and k <= SHORT_RUN:  # the same operations on floats, without numpy's fixed cost
-        t, floor = run.times, math.floor
-        return sum([floor((b - a) * 1e9 + 0.5) for a, b in zip(t, t[1:k + 1])])
-    import numpy as np
-
-    if run.columns is not None:
-        d = np.asarray(run.columns["total"][:k], float)
-    else:
-        d = np.diff(np.asarray(run.times[:k + 1], float))
-    return int(np.floor(d * 1e9 + 0.5).astype(np.int64).sum())
-
-
-SHORT_RUN = 64
-"""Runs of at most this many steps have their busy time summed in plain Python (numpy's fixed
-cost per call, about 5 us, is more than such a run's sum on the development machine)."""
+PENDING_STEPS = 1 << 16
+"""Decode-run step times a step log holds per replica before rounding and summing them."""
 
