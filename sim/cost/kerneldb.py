@@ -738,6 +738,23 @@ class KernelDbCostModel(RooflineCostModel):
             pts[kv_tokens:kv_tokens + steps * num_seqs:num_seqs] = out
         return out
 
+    def _kept_run(self, n: int, kv_tokens: int, steps: int) -> tuple[list, list] | None:
+        """(totals, decode attention of every layer) of a run's steps as ``_decode_parts``
+        composes them (``layers_full`` times the table's value: ``_points`` is kept only without
+        window layers), when ``_points`` holds both at every step; else None."""
+        memo = self._totals
+        if memo[0] is not self.p or memo[1] is not self._gen.lt or not steps:
+            return None
+        end = kv_tokens + steps * n
+        tot, att = memo[2].get(n), memo[2].get(-n)
+        if tot is None or att is None or end > len(tot) or end > len(att):
+            return None
+        total, a = tot[kv_tokens:end:n], att[kv_tokens:end:n]
+        if None in total or None in a:
+            return None
+        full = self.layers_full
+        return total, [full * x for x in a]
+
     def _points(self, key: int, end: int) -> list | None:
         """The memo list of ``key`` (a batch size: ``decode_totals``' totals; minus one: the
         decode attention ``_attn_decode_run`` priced in range, read by ``attn_decode``), at least
@@ -764,7 +781,16 @@ class KernelDbCostModel(RooflineCostModel):
 
     def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict:
         """``decode_step`` for ``steps`` consecutive steps as columns (``total`` and each
-        component, lists of the same values); counts nothing (as ``decode_totals``)."""
+        component, lists of the same values); counts nothing (as ``decode_totals``). A run whose
+        totals and attention ``_points`` holds at every step is read from there."""
+        kept = self._kept_run(num_seqs, kv_tokens, steps) if self._totals is not None else None
+        if kept is not None:
+            total, ad = kept
+            gemm, other, comm, _ = self._dense_part(num_seqs, num_seqs)
+            cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * num_seqs
+            return {"total": total, "gemm": [gemm] * steps, "attn_prefill": [0.0] * steps, "attn_decode": ad,
+                    "comm": [comm] * steps, "other_gpu": [other] * steps, "cpu": [cpu] * steps, "swap": [0.0] * steps,
+                    "source": self.source}
         gemm, other, comm, cpu, ad = self._decode_parts(num_seqs, kv_tokens, longest, steps)
         g0 = gemm + 0.0
         return {"total": [g0 + x + comm + other + cpu + 0.0 for x in ad], "gemm": [gemm] * steps,
