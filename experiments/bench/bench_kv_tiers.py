@@ -11,10 +11,18 @@ Each round prints the three wall and CPU times, their engine steps, and the rati
 without caching; the end prints the median ratios. The target is a tiered run within 1.5x of
 the run without caching. Times are ``simulate()``'s, process start-up excluded (the same for
 all, after an untimed warm-up run of each). Prints its figures; asserts nothing.
+
+    python experiments/bench/bench_kv_tiers.py --fingerprint     # digests of tiered-cache runs
+
+``--fingerprint`` runs a fixed set of small tiered configs (every GPU eviction policy, host tiers
+that drop, a disk tier, swap preemption in the host pool, the Mooncake trace's head, synthetic
+system prompts and sessions) and prints one digest per config of its request and step rows and
+its tier counts: a change meant to be a pure speed-up must print the same digests before and after.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import statistics
 import time
 import sys
@@ -29,6 +37,53 @@ OUT = {"plots": False, "progress": False}
 def configs(host_gib: float) -> dict[str, dict]:
     return {"off": {"prefix_caching": False}, "gpu": {"prefix_caching": True},
             "tiered": {"prefix_caching": True, "cpu_offload_gib": host_gib}}
+
+
+def fingerprint_configs() -> dict[str, dict]:
+    """Name -> config of the fingerprint runs (small: the whole set takes well under a minute)."""
+    sysp = {"rate": 4.0, "num_requests": 300, "system_prompts": {"count": 4, "tokens": 700, "popularity": "zipf"},
+            "prompt": {"kind": "uniform", "min": 20, "max": 600}, "output": {"kind": "uniform", "min": 1, "max": 200}}
+    ses = {"rate": 1.0, "num_requests": 300, "sessions": {"think_time_s": 2.0},
+           "system_prompts": {"count": 2, "tokens": 100},
+           "prompt": {"kind": "uniform", "min": 10, "max": 300}, "output": {"kind": "uniform", "min": 1, "max": 150}}
+    out: dict[str, dict] = {}
+    for ev in ("lru", "lfu", "fifo"):
+        out[f"sysp-host-{ev}"] = {"workload": sysp, "kv": {"num_gpu_blocks": 400, "num_cpu_blocks": 300, "eviction": ev}}
+        out[f"sessions-host-{ev}"] = {"workload": ses, "kv": {"num_gpu_blocks": 500, "num_cpu_blocks": 400,
+                                                              "eviction": ev, "preemption": "swap"}}
+        if MOONCAKE.exists():
+            out[f"mooncake-host-{ev}"] = {"workload": {"trace": {"path": str(MOONCAKE), "num_requests": 300,
+                                                                 "rate": 2.0}},
+                                          "kv": {"num_gpu_blocks": 3000, "num_cpu_blocks": 6000, "eviction": ev}}
+            out[f"mooncake-disk-{ev}"] = {"workload": {"trace": {"path": str(MOONCAKE), "num_requests": 300,
+                                                                 "rate": 2.0}},
+                                          "kv": {"num_gpu_blocks": 3000, "num_cpu_blocks": 2000, "eviction": ev,
+                                                 "disk_offload_gib": 1.0, "disk_read_gbps": 5.0}}
+    if MOONCAKE.exists():
+        out["mooncake-swap-lru"] = {"workload": {"trace": {"path": str(MOONCAKE), "num_requests": 200, "rate": 2.0}},
+                                    "kv": {"num_gpu_blocks": 2500, "num_cpu_blocks": 4000, "preemption": "swap"}}
+        out["mooncake-bighost-lru"] = {"workload": {"trace": {"path": str(MOONCAKE), "num_requests": 300, "rate": 0.5}},
+                                       "kv": {"cpu_offload_gib": 1024.0}}
+    for cfg in out.values():
+        cfg["kv"]["prefix_caching"] = True
+        cfg["output"] = OUT
+    return out
+
+
+def fingerprint(only: str | None) -> None:
+    from sim import simulate
+
+    for name, cfg in fingerprint_configs().items():
+        if only and only not in name:
+            continue
+        res = simulate(cfg, progress=False)
+        h = hashlib.sha256()
+        for frame in (res.requests, res.steps):
+            h.update(frame.to_csv(index=False, float_format="%.17g").encode())
+        pc = res.summary["prefix_cache"]
+        h.update(repr(pc["tiers"]).encode())
+        print(f"{name:24s} {h.hexdigest()[:16]}  hit rate {pc['hit_rate']:.4f}  steps {res.summary['sim']['steps']}  "
+              f"offloaded {pc['tiers']['host']['offloaded_blocks']}  dropped {pc['tiers']['dropped_blocks']}", flush=True)
 
 
 def bench(n: int, rounds: int, rate: float, host_gib: float, trace: Path) -> None:
@@ -73,7 +128,12 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=0.5, help="requests per second (the trace is rescaled to it)")
     ap.add_argument("--host-gib", type=float, default=1024.0, help="host tier, GiB per GPU")
     ap.add_argument("--trace", type=Path, default=MOONCAKE, help="the Mooncake conversation trace")
+    ap.add_argument("--fingerprint", action="store_true", help="print digests of tiered-cache runs instead")
+    ap.add_argument("--only", default=None, help="with --fingerprint: only configs whose name contains this")
     a = ap.parse_args()
+    if a.fingerprint:
+        fingerprint(a.only)
+        return
     bench(a.num_requests, a.rounds, a.rate, a.host_gib, a.trace)
 
 
