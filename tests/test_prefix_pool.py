@@ -115,7 +115,7 @@ ops = st.lists(st.one_of(new, grow, grow, free, retry, retry), min_size=10, max_
 
 def check_no_leaks(kv: PrefixKVManager):
     pool = kv.pool
-    free = list(pool._free)
+    free = pool.free_blocks()
     cached = [b for b in range(pool.num_blocks) if pool.ref[b] == 0 and pool.hash_of[b] is not None]
     held = [b for b in range(pool.num_blocks) if pool.ref[b] > 0]
     assert len(set(free)) == len(free) and all(pool.ref[b] == 0 and pool.hash_of[b] is None for b in free)

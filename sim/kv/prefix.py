@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from operator import countOf
 
 from sim.kv.blocks import KVManager
 
@@ -83,16 +84,29 @@ def usable_hit_tokens(hit_blocks: int, block_size: int, num_tokens: int) -> int:
     return min(hit_blocks, (num_tokens - 1) // block_size) * block_size
 
 
+class _Run:
+    """Free cached blocks that one ``give`` queued (``IN_FREE_ORDER``), in eviction order: the
+    next one to evict is ``blocks[head]``; ``stale`` counts the entries past ``head`` whose block
+    was claimed back since (a block's live entry is in the run ``CachedBlockPool._run_of`` names)."""
+
+    __slots__ = ("blocks", "head", "stale")
+
+    def __init__(self, blocks: list[int]):
+        self.blocks, self.head, self.stale = blocks, 0, 0
+
+
 class CachedBlockPool:
     """Blocks ``0 .. num_blocks-1``, ref-counted, each of which may carry a prefix hash.
 
     Free blocks without a hash form a FIFO list (handed out lowest-first at the start, so tests
     can assert exact ids); free blocks with a hash stay findable by their hash and wait to be
-    evicted in the policy's key order: a queue in the order they were freed for a policy whose
-    key is the free tick (``IN_FREE_ORDER``), else a heap. Both drop a block that is claimed
-    again lazily: the queue counts a block's entries that are no longer its live one
-    (``_stale``), the heap tags each entry with the block's version. Every operation costs O(1)
-    per block it touches (O(log n) per heap push or pop); nothing walks the pool.
+    evicted in the policy's key order. For a policy whose key is the free tick
+    (``IN_FREE_ORDER``) that order is the order blocks were freed, kept as a queue of runs (the
+    blocks one ``give`` freed, ``_Run``): a run with no stale entry is evicted by slicing it, a
+    block claimed back leaves a stale entry that is skipped when it is reached (each block names
+    the run holding its live entry, ``_run_of``). Other policies use a heap whose entries carry
+    the block's version (bumped when it is claimed). Per block, each operation costs a few list
+    stores at most (O(log n) per heap push or pop); nothing walks the pool.
     """
 
     on_evict = None
@@ -103,18 +117,19 @@ class CachedBlockPool:
         if num_blocks <= 0:
             raise ValueError("a block pool needs at least one block")
         self.num_blocks = num_blocks
-        self._free = deque(range(num_blocks))  # free blocks without a hash, oldest first
+        self._free = list(range(num_blocks))  # free blocks without a hash, oldest first, from _free_head on
+        self._free_head = 0
         self.key = EVICTION[eviction]
         self.in_free_order = eviction in IN_FREE_ORDER
         self.ref = [0] * num_blocks
         self.hash_of: list[int | None] = [None] * num_blocks  # block -> its hash
         self.block_of: dict[int, int] = {}  # hash -> block
-        # what the eviction key may read about each block
+        # what the eviction key may read about each block (kept only for a heap's keys)
         self.last_access = [0] * num_blocks
         self.hits = [0] * num_blocks
         self.cached_at = [0] * num_blocks
-        self._queue: deque[int] = deque()  # IN_FREE_ORDER: free cached blocks, in the order freed
-        self._stale = [0] * num_blocks  # per block: its queue entries that are not its live one
+        self._queue: deque[_Run] = deque()  # IN_FREE_ORDER: runs of free cached blocks, in the order freed
+        self._run_of: list[_Run | None] = [None] * num_blocks  # a free cached block's run (IN_FREE_ORDER)
         self._heap: list[tuple] = []  # otherwise: (key, push order, block, version)
         self._version = [0] * num_blocks
         self._evictable = 0
@@ -129,7 +144,16 @@ class CachedBlockPool:
 
     @property
     def num_free(self) -> int:
-        return len(self._free) + self._evictable
+        return len(self._free) - self._free_head + self._evictable
+
+    @property
+    def num_plain_free(self) -> int:
+        """Free blocks without a hash (taken before any cached block is evicted)."""
+        return len(self._free) - self._free_head
+
+    def free_blocks(self) -> list[int]:
+        """The free blocks without a hash, in the order they will be handed out (for checks)."""
+        return self._free[self._free_head:]
 
     @property
     def num_used(self) -> int:
@@ -149,32 +173,48 @@ class CachedBlockPool:
     def take(self, n: int) -> list[int]:
         if n > self.num_free:
             raise RuntimeError(f"asked for {n} blocks with {self.num_free} free")
-        free, ref = self._free, self.ref
-        k = min(n, len(free))
-        out = [free.popleft() for _ in range(k)]
+        free, head = self._free, self._free_head
+        k = min(n, len(free) - head)
+        out = free[head:head + k]
+        head += k
+        if head > 4096 and 2 * head > len(free):  # drop the handed-out front now and then
+            del free[:head]
+            head = 0
+        self._free_head = head
         if k < n:
             out += self._evict(n - k)
+        ref = self.ref
         for b in out:
             ref[b] = 1
         return out
 
     def evicts_any(self, n: int, blocks: dict) -> bool:
         """Whether the next ``n`` evictions (the ``n`` free cached blocks ``_evict`` would take
-        now) include one of ``blocks``; changes nothing (a heap's entries popped to look are
-        pushed back: its pops follow the entries' keys, which are unique, not its layout)."""
+        now) include one of ``blocks`` (a dict keyed by block); changes nothing (a heap's entries
+        popped to look are pushed back: its pops follow the entries' keys, which are unique, not
+        its layout)."""
         if n <= 0:
             return False
         if self.in_free_order:
-            stale, skipped, seen = self._stale, {}, 0
-            for b in self._queue:
-                s = skipped.get(b, 0)
-                if s < stale[b]:  # (one of its stale entries, skipped as _evict skips them)
-                    skipped[b] = s + 1
-                    continue
-                if b in blocks:
-                    return True
-                seen += 1
-                if seen == n:
+            keys, run_of, seen = blocks.keys(), self._run_of, 0
+            for run in self._queue:
+                rb, h = run.blocks, run.head
+                if not run.stale:
+                    seg = rb[h:h + n - seen]
+                    if not keys.isdisjoint(seg):
+                        return True
+                    seen += len(seg)
+                else:
+                    for i in range(h, len(rb)):
+                        b = rb[i]
+                        if run_of[b] is not run:  # a stale entry, skipped as _evict skips it
+                            continue
+                        if b in blocks:
+                            return True
+                        seen += 1
+                        if seen == n:
+                            break
+                if seen >= n:
                     return False
             return False
         heap, version, ref, popped, hit, seen = self._heap, self._version, self.ref, [], False, 0
@@ -193,59 +233,84 @@ class CachedBlockPool:
 
     def _evict(self, n: int) -> list[int]:
         """The ``n`` free cached blocks with the smallest keys, their hashes dropped."""
-        out = []
         hash_of, block_of, watched = self.hash_of, self.block_of, self.watched
         if self.in_free_order:
-            queue, stale = self._queue, self._stale
-            while len(out) < n:
-                b = queue.popleft()
-                if stale[b]:
-                    stale[b] -= 1
-                    continue
-                out.append(b)
+            queue, run_of, out, need = self._queue, self._run_of, [], n
+            while need:
+                run = queue[0]
+                rb, h = run.blocks, run.head
+                if not run.stale:
+                    seg = rb[h:h + need]
+                    out += seg
+                    h += len(seg)
+                    need -= len(seg)
+                else:
+                    end = len(rb)
+                    while need and h < end:
+                        b = rb[h]
+                        h += 1
+                        if run_of[b] is run:
+                            out.append(b)
+                            need -= 1
+                        else:
+                            run.stale -= 1
+                run.head = h
+                if h == len(rb):
+                    queue.popleft()
         else:
+            out = []
             heap, version = self._heap, self._version
             while len(out) < n:
                 _, _, b, v = heapq.heappop(heap)
                 if v == version[b] and self.ref[b] == 0:
                     version[b] += 1
                     out.append(b)
+        hashes = [hash_of[b] for b in out]
         if self.on_evict is not None:  # a lower tier takes the evicted hashes, oldest first
-            self.on_evict([hash_of[b] for b in out])
+            self.on_evict(hashes)
+        for h in hashes:
+            del block_of[h]
         for b in out:
-            del block_of[hash_of[b]]
             hash_of[b] = None
-            if watched:
-                p = watched.pop(b, None)
-                if p is not None:
-                    self.watched_free -= 1
-                    if self.cut is None or p < self.cut:
-                        self.cut = p
+        if watched:
+            for b in watched.keys() & out:
+                p = watched.pop(b)
+                self.watched_free -= 1
+                if self.cut is None or p < self.cut:
+                    self.cut = p
         self._evictable -= n
         self.evictions += n
         return out
 
     def claim(self, blocks: list[int]) -> None:
         """Reference cached blocks found by their hashes (a hit)."""
-        ref, hits, last_access, tick, watched = self.ref, self.hits, self.last_access, self.tick, self.watched
+        ref = self.ref
+        freed = [b for b in blocks if not ref[b]]
         for b in blocks:
-            if ref[b] == 0:
-                self._evictable -= 1
-                if self.in_free_order:
-                    self._stale[b] += 1
-                else:
-                    self._version[b] += 1
-                if b in watched:
-                    self.watched_free -= 1
             ref[b] += 1
-            hits[b] += 1
-            last_access[b] = tick
+        if freed:
+            self._evictable -= len(freed)
+            if self.in_free_order:
+                run_of = self._run_of
+                for b in freed:
+                    run_of[b].stale += 1
+                    run_of[b] = None
+            else:
+                version = self._version
+                for b in freed:
+                    version[b] += 1
+            if self.watched:
+                self.watched_free -= len(self.watched.keys() & freed)
+        if not self.in_free_order:
+            hits, last_access, tick = self.hits, self.last_access, self.tick
+            for b in blocks:
+                hits[b] += 1
+                last_access[b] = tick
 
     def give(self, blocks: list[int]) -> None:
         """Drop one reference from each block; unreferenced blocks become free (tail first, so
         a sequence's last blocks are evicted before its shared prefix)."""
-        ref, hash_of, last_access, tick, free = self.ref, self.hash_of, self.last_access, self.tick, self._free
-        watched, cached = self.watched, []
+        ref, hash_of, free, cached = self.ref, self.hash_of, self._free, []
         for b in reversed(blocks):
             r = ref[b] - 1
             ref[b] = r
@@ -254,19 +319,23 @@ class CachedBlockPool:
             if hash_of[b] is None:
                 free.append(b)
             else:
-                last_access[b] = tick
                 cached.append(b)
-                if watched and b in watched:
-                    self.watched_free += 1
         if not cached:
             return
         self._evictable += len(cached)
+        if self.watched:
+            self.watched_free += len(self.watched.keys() & cached)
         if self.in_free_order:
-            self._queue.extend(cached)
+            run = _Run(cached)
+            self._queue.append(run)
+            run_of = self._run_of
+            for b in cached:
+                run_of[b] = run
             return
-        key, heap, version, pushes = self.key, self._heap, self._version, self._pushes
-        hits, cached_at = self.hits, self.cached_at
+        key, heap, version, pushes, tick = self.key, self._heap, self._version, self._pushes, self.tick
+        hits, cached_at, last_access = self.hits, self.cached_at, self.last_access
         for b in cached:
+            last_access[b] = tick
             pushes += 1
             heapq.heappush(heap, (key(tick, hits[b], cached_at[b]), pushes, b, version[b]))
         self._pushes = pushes
@@ -274,15 +343,28 @@ class CachedBlockPool:
     def register(self, blocks, hashes) -> None:
         """Give each newly filled block its hash (pairs from ``blocks`` and ``hashes``), unless
         another block already caches that hash or the block has one."""
-        block_of, hash_of, tick = self.block_of, self.hash_of, self.tick
+        block_of, hash_of = self.block_of, self.hash_of
+        if (self.in_free_order and block_of.keys().isdisjoint(hashes)
+                and countOf(map(hash_of.__getitem__, blocks), None) == len(blocks)):
+            # the usual case in bulk: new hashes on blocks without one (no key to keep under lru)
+            n0 = len(block_of)
+            block_of.update(zip(hashes, blocks))
+            if len(block_of) - n0 == len(hashes):
+                for b, h in zip(blocks, hashes):
+                    hash_of[b] = h
+                return
+            for h in hashes:  # a hash repeated within ``hashes``: undone, the loop below keeps the first
+                block_of.pop(h, None)
+        tick, keyed = self.tick, not self.in_free_order
         last_access, hits, cached_at = self.last_access, self.hits, self.cached_at
         for b, h in zip(blocks, hashes):
             if h in block_of or hash_of[b] is not None:
                 continue
             block_of[h] = b
             hash_of[b] = h
-            last_access[b] = cached_at[b] = tick
-            hits[b] = 0
+            if keyed:
+                last_access[b] = cached_at[b] = tick
+                hits[b] = 0
 
 
 class PrefixKVManager(KVManager):
@@ -327,7 +409,7 @@ class PrefixKVManager(KVManager):
         """Whether taking ``n_blocks`` now would evict a block of the last hit lookup's answer
         (``static_refusal``)."""
         pool = self.pool
-        return bool(pool.watched) and pool.evicts_any(n_blocks - len(pool._free), pool.watched)
+        return bool(pool.watched) and pool.evicts_any(n_blocks - pool.num_plain_free, pool.watched)
 
     def _take(self, req_id: int, n: int) -> None:
         self.tables.setdefault(req_id, []).extend(self.pool.take(n))
