@@ -62,7 +62,9 @@ def kv_block_hashes(block_hashes: tuple[int, ...], hash_block_tokens: int, block
             bases.append(parent << shift)
         if m == 1:
             return bases
-        out = [g + r for g in bases for r in range(m)]
+        out: list[int] = []
+        for g in bases:
+            out.extend(range(g, g + m))  # g + 0 .. g + m - 1
         del out[n:]
         return out
     out: list[int] = []
@@ -265,12 +267,10 @@ class CachedBlockPool:
                 if v == version[b] and self.ref[b] == 0:
                     version[b] += 1
                     out.append(b)
-        hashes = [hash_of[b] for b in out]
         if self.on_evict is not None:  # a lower tier takes the evicted hashes, oldest first
-            self.on_evict(hashes)
-        for h in hashes:
-            del block_of[h]
+            self.on_evict([hash_of[b] for b in out])
         for b in out:
+            del block_of[hash_of[b]]
             hash_of[b] = None
         if watched:
             for b in watched.keys() & out:
@@ -310,7 +310,8 @@ class CachedBlockPool:
     def give(self, blocks: list[int]) -> None:
         """Drop one reference from each block; unreferenced blocks become free (tail first, so
         a sequence's last blocks are evicted before its shared prefix)."""
-        ref, hash_of, free, cached = self.ref, self.hash_of, self._free, []
+        ref, hash_of, free, run_of, cached = self.ref, self.hash_of, self._free, self._run_of, []
+        run = _Run(cached) if self.in_free_order else None  # (its blocks: ``cached``, filled below)
         for b in reversed(blocks):
             r = ref[b] - 1
             ref[b] = r
@@ -320,17 +321,14 @@ class CachedBlockPool:
                 free.append(b)
             else:
                 cached.append(b)
+                run_of[b] = run
         if not cached:
             return
         self._evictable += len(cached)
         if self.watched:
             self.watched_free += len(self.watched.keys() & cached)
-        if self.in_free_order:
-            run = _Run(cached)
+        if run is not None:
             self._queue.append(run)
-            run_of = self._run_of
-            for b in cached:
-                run_of[b] = run
             return
         key, heap, version, pushes, tick = self.key, self._heap, self._version, self._pushes, self.tick
         hits, cached_at, last_access = self.hits, self.cached_at, self.last_access
