@@ -5,12 +5,12 @@ caching off, GPU-only prefix caching, and a host tier under it, side by side.
     python experiments/bench/bench_kv_tiers.py --num-requests 5000 --rounds 5 --host-gib 256
 
 The trace (``../shared/traces``) runs through the default deployment (Llama-3.1-8B on one
-H100-SXM) at ``--rate`` requests per second in three configurations, interleaved round by round
-(off, GPU, tiered, off, GPU, tiered, ...) so that all see the same load on a shared machine.
-Each round prints the three wall and CPU times, their engine steps, and the ratios to the run
-without caching; the end prints the median ratios. The target is a tiered run within 1.5x of
-the run without caching. Times are ``simulate()``'s, process start-up excluded (the same for
-all, after an untimed warm-up run of each). Prints its figures; asserts nothing.
+H100-SXM) at ``--rate`` requests per second in three configurations, each run in a fresh
+process, interleaved round by round (off, GPU, tiered, off, GPU, tiered, ...) so that all see
+the same load on a shared machine. Each round prints the three wall and CPU times, their engine
+steps, and the ratios to the run without caching; the end prints the median ratios. The target
+is a tiered run within 1.5x of the run without caching. Times are ``simulate()``'s in the child
+process, its start-up excluded (the same for all). Prints its figures; asserts nothing.
 
     python experiments/bench/bench_kv_tiers.py --fingerprint     # digests of tiered-cache runs
 
@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import statistics
+import subprocess
 import time
 import sys
 from pathlib import Path
@@ -86,26 +88,37 @@ def fingerprint(only: str | None) -> None:
               f"offloaded {pc['tiers']['host']['offloaded_blocks']}  dropped {pc['tiers']['dropped_blocks']}", flush=True)
 
 
-def bench(n: int, rounds: int, rate: float, host_gib: float, trace: Path) -> None:
+def timed(cfg: dict) -> dict:
+    """Wall and CPU seconds of ``simulate(cfg)``, its engine steps and hit rate, in this process."""
     from sim import simulate
 
+    t, c = time.perf_counter(), time.process_time()
+    s = simulate(cfg, progress=False).summary
+    return {"wall": time.perf_counter() - t, "cpu": time.process_time() - c, "steps": s["sim"]["steps"],
+            "hit": s["prefix_cache"]["hit_rate"] or 0.0}
+
+
+def fresh(cfg: dict) -> dict:
+    """``timed(cfg)`` in a fresh Python process (nothing cached from an earlier run)."""
+    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg)], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def bench(n: int, rounds: int, rate: float, host_gib: float, trace: Path) -> None:
     if not trace.exists():
         print(f"skipped: {trace.name} not found under ../shared/traces")
         return
     wl = {"trace": {"path": str(trace), "num_requests": n, "rate": rate}}
-    for kv in configs(host_gib).values():  # warm-up, untimed: imports and the cost model's tables load once
-        simulate({"workload": {"trace": {**wl["trace"], "num_requests": 20}}, "kv": kv, "output": OUT}, progress=False)
     ratios: dict[str, list] = {"gpu": [], "tiered": []}
     cpu_ratios: dict[str, list] = {"gpu": [], "tiered": []}
     for i in range(rounds):
         wall, cpu, line = {}, {}, []
         for name, kv in configs(host_gib).items():
-            t, c = time.perf_counter(), time.process_time()
-            s = simulate({"workload": wl, "kv": kv, "output": OUT}, progress=False).summary
-            wall[name], cpu[name] = time.perf_counter() - t, time.process_time() - c
-            hit = s["prefix_cache"]["hit_rate"] or 0.0
-            line.append(f"{name} {wall[name]:.2f} s wall, {cpu[name]:.2f} s CPU ({s['sim']['steps']:,} steps, "
-                        f"hit {hit:.3f})")
+            r = fresh({"workload": wl, "kv": kv, "output": OUT})
+            wall[name], cpu[name] = r["wall"], r["cpu"]
+            line.append(f"{name} {wall[name]:.2f} s wall, {cpu[name]:.2f} s CPU ({r['steps']:,} steps, "
+                        f"hit {r['hit']:.3f})")
         for name in ratios:
             ratios[name].append(wall[name] / wall["off"])
             cpu_ratios[name].append(cpu[name] / cpu["off"])
@@ -116,8 +129,8 @@ def bench(n: int, rounds: int, rate: float, host_gib: float, trace: Path) -> Non
         r, c = ratios[name], cpu_ratios[name]
         print(f"Mooncake conversation, {n:,} requests at {rate:g}/s, {name} caching"
               + (f" ({host_gib:g} GiB host tier per GPU)" if name == "tiered" else "")
-              + f" / caching off, median of {rounds} interleaved rounds: {statistics.median(r):.2f} wall "
-              f"(min {min(r):.2f}, max {max(r):.2f}), {statistics.median(c):.2f} CPU time of the process "
+              + f" / caching off, median of {rounds} interleaved rounds of fresh processes: {statistics.median(r):.2f} "
+              f"wall (min {min(r):.2f}, max {max(r):.2f}), {statistics.median(c):.2f} CPU time "
               f"(min {min(c):.2f}, max {max(c):.2f})")
 
 
@@ -130,7 +143,11 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=MOONCAKE, help="the Mooncake conversation trace")
     ap.add_argument("--fingerprint", action="store_true", help="print digests of tiered-cache runs instead")
     ap.add_argument("--only", default=None, help="with --fingerprint: only configs whose name contains this")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one timed run (a config as JSON)
     a = ap.parse_args()
+    if a.child:
+        print(json.dumps(timed(json.loads(a.child))))
+        return
     if a.fingerprint:
         fingerprint(a.only)
         return
