@@ -223,7 +223,7 @@ class QueueReference:
 
 pool_ops = st.lists(st.one_of(
     st.tuples(st.just("take"), st.integers(1, 12), st.integers(0, 12)),  # take n, register the first m
-    st.tuples(st.just("give"), st.integers(0, 99)),
+    st.tuples(st.just("give"), st.integers(0, 99), st.booleans()),  # with the table's hashed count or not
     st.tuples(st.just("claim"), st.lists(st.integers(0, 99), max_size=6)),
     st.tuples(st.just("peek"), st.integers(0, 20), st.lists(st.integers(0, 99), max_size=4))),
     min_size=5, max_size=120)
@@ -233,11 +233,12 @@ pool_ops = st.lists(st.one_of(
 @given(n=st.integers(1, 40), ops=pool_ops)
 def test_the_run_queue_evicts_in_the_order_of_a_plain_list(n, ops):
     """The lru pool's runs of blocks (sliced when clean, stale entries skipped) take, evict and
-    peek exactly as one per-block list in free order, with claims from the middle of runs."""
+    peek exactly as one per-block list in free order, with claims from the middle of runs, and
+    a give told how many leading blocks carry a hash frees exactly as one that is not."""
     from sim.kv.prefix import CachedBlockPool
 
     pool, ref = CachedBlockPool(n, "lru"), QueueReference(n)
-    tables: list[list[int]] = []
+    tables: list[tuple[list[int], int]] = []  # (blocks, how many leading ones carry a hash; the rest none)
     next_hash = 1000
     for op, *args in ops:
         if op == "take":
@@ -251,10 +252,10 @@ def test_the_run_queue_evicts_in_the_order_of_a_plain_list(n, ops):
             next_hash += m
             pool.register(got[:m], hashes)
             ref.hash_of.update(zip(got[:m], hashes))
-            tables.append(got)
+            tables.append((got, m))
         elif op == "give" and tables:
-            t = tables.pop(args[0] % len(tables))
-            pool.give(t)
+            t, m = tables.pop(args[0] % len(tables))
+            pool.give(t, m if args[1] else None)
             ref.give(t)
         elif op == "claim":
             # a hit: cached blocks found by hash, free or held
@@ -262,7 +263,7 @@ def test_the_run_queue_evicts_in_the_order_of_a_plain_list(n, ops):
             if hit:
                 pool.claim(hit)
                 ref.claim(hit)
-                tables.append(hit)
+                tables.append((hit, len(hit)))
         elif op == "peek":
             watched = {b % n: 0 for b in args[1]}
             k = min(args[0], len(ref.cached))
@@ -272,8 +273,8 @@ def test_the_run_queue_evicts_in_the_order_of_a_plain_list(n, ops):
         assert {b: h for b, h in enumerate(pool.hash_of) if h is not None} == ref.hash_of
         assert pool.block_of == {h: b for b, h in ref.hash_of.items()}
     while tables:  # everything back, then every cached block out in the reference's order
-        t = tables.pop()
-        pool.give(t)
+        t, m = tables.pop()
+        pool.give(t, m)
         ref.give(t)
     order = ref.cached[:]
     assert pool.take(pool.num_free)[len(ref.free):] == order

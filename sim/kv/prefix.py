@@ -307,10 +307,28 @@ class CachedBlockPool:
                 hits[b] += 1
                 last_access[b] = tick
 
-    def give(self, blocks: list[int]) -> None:
+    def give(self, blocks: list[int], hashed: int | None = None) -> None:
         """Drop one reference from each block; unreferenced blocks become free (tail first, so
-        a sequence's last blocks are evicted before its shared prefix)."""
+        a sequence's last blocks are evicted before its shared prefix). ``hashed``, when given:
+        the caller knows that ``blocks[:hashed]`` each carry a hash and the rest carry none and
+        have no other holder (a request's table: ``PrefixKVManager.free``)."""
         ref, hash_of, free, run_of, cached = self.ref, self.hash_of, self._free, self._run_of, []
+        if hashed is not None and self.in_free_order and (not hashed or max(map(ref.__getitem__, blocks[:hashed])) == 1):
+            # no block shared: all become free, the hashed ones as one run (the loop below, in bulk)
+            for b in blocks:
+                ref[b] = 0
+            free.extend(blocks[:hashed - 1:-1] if hashed else blocks[::-1])
+            if not hashed:
+                return
+            cached = blocks[hashed - 1::-1]
+            run = _Run(cached)
+            for b in cached:
+                run_of[b] = run
+            self._queue.append(run)
+            self._evictable += hashed
+            if self.watched:
+                self.watched_free += len(self.watched.keys() & cached)
+            return
         run = _Run(cached) if self.in_free_order else None  # (its blocks: ``cached``, filled below)
         for b in reversed(blocks):
             r = ref[b] - 1
@@ -338,9 +356,9 @@ class CachedBlockPool:
             heapq.heappush(heap, (key(tick, hits[b], cached_at[b]), pushes, b, version[b]))
         self._pushes = pushes
 
-    def register(self, blocks, hashes) -> None:
+    def register(self, blocks, hashes) -> int:
         """Give each newly filled block its hash (pairs from ``blocks`` and ``hashes``), unless
-        another block already caches that hash or the block has one."""
+        another block already caches that hash or the block has one; how many got one."""
         block_of, hash_of = self.block_of, self.hash_of
         if (self.in_free_order and block_of.keys().isdisjoint(hashes)
                 and countOf(map(hash_of.__getitem__, blocks), None) == len(blocks)):
@@ -350,19 +368,22 @@ class CachedBlockPool:
             if len(block_of) - n0 == len(hashes):
                 for b, h in zip(blocks, hashes):
                     hash_of[b] = h
-                return
+                return len(blocks)
             for h in hashes:  # a hash repeated within ``hashes``: undone, the loop below keeps the first
                 block_of.pop(h, None)
         tick, keyed = self.tick, not self.in_free_order
         last_access, hits, cached_at = self.last_access, self.hits, self.cached_at
+        n = 0
         for b, h in zip(blocks, hashes):
             if h in block_of or hash_of[b] is not None:
                 continue
             block_of[h] = b
             hash_of[b] = h
+            n += 1
             if keyed:
                 last_access[b] = cached_at[b] = tick
                 hits[b] = 0
+        return n
 
 
 class PrefixKVManager(KVManager):
@@ -387,6 +408,9 @@ class PrefixKVManager(KVManager):
         self.tables: dict[int, list[int]] = {}  # request id -> its blocks, in token order
         self._chains: dict[int, list[int]] = {}  # request id -> its full prompt blocks' hashes
         self._registered: dict[int, int] = {}  # request id -> leading blocks already offered to the cache
+        # request id -> how many leading blocks of its table carry a hash, all later ones none
+        # (-1: unknown, one was refused a hash); absent: none does (``free`` hands it to ``give``)
+        self._hashed: dict[int, int] = {}
         self._last_chain: tuple = (None, [])
         self._last_hits: tuple = (None, [])
 
@@ -512,7 +536,7 @@ class PrefixKVManager(KVManager):
             self.tables[req_id] = table = hits + pool.take(fresh)
             self.held[req_id] = len(table)
             self._chains[req_id] = chain
-            self._registered[req_id] = g
+            self._registered[req_id] = self._hashed[req_id] = g
         elif not super().allocate(req_id, total_tokens, admit=admit):
             return False
         self.tables.setdefault(req_id, [])  # an allocation of no blocks still opens the table
@@ -528,7 +552,9 @@ class PrefixKVManager(KVManager):
         lo = self._registered[req_id]
         upto = min(len(chain), total_tokens // self.block_size)
         if upto > lo:
-            self.pool.register(self.tables[req_id][lo:upto], chain[lo:upto])
+            got = self.pool.register(self.tables[req_id][lo:upto], chain[lo:upto])
+            hashed = self._hashed
+            hashed[req_id] = upto if got == upto - lo and hashed[req_id] == lo else -1
             self._registered[req_id] = lo = upto
         if lo == len(chain):
             del self._chains[req_id], self._registered[req_id]
@@ -539,7 +565,8 @@ class PrefixKVManager(KVManager):
         self._registered.pop(req_id, None)
         self.held.pop(req_id, None)
         blocks = self.tables.pop(req_id, ())
-        self.pool.give(blocks)
+        hashed = self._hashed.pop(req_id, 0)
+        self.pool.give(blocks, hashed if hashed >= 0 else None)
         return len(blocks)
 
     @property

@@ -242,7 +242,7 @@ class TieredBlockPool(CachedBlockPool):
         self.tiers = tiers
         self.on_evict = tiers.offload
 
-    def register(self, blocks, hashes) -> None:
+    def register(self, blocks, hashes) -> int:
         tiers = self.tiers
         if tiers.host or tiers.disk:
             found = tiers.host.keys() & hashes  # (a set operation in C: most hashes are in no tier)
@@ -253,7 +253,7 @@ class TieredBlockPool(CachedBlockPool):
                 for b, h in zip(blocks, hashes):
                     if h in found and h not in block_of and hash_of[b] is None:
                         tiers.supersede(h)
-        super().register(blocks, hashes)
+        return super().register(blocks, hashes)
 
 
 class TieredKVManager(PrefixKVManager):
