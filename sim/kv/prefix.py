@@ -313,22 +313,29 @@ class CachedBlockPool:
         the caller knows that ``blocks[:hashed]`` each carry a hash and the rest carry none and
         have no other holder (a request's table: ``PrefixKVManager.free``)."""
         ref, hash_of, free, run_of, cached = self.ref, self.hash_of, self._free, self._run_of, []
-        if hashed is not None and self.in_free_order and (not hashed or max(map(ref.__getitem__, blocks[:hashed])) == 1):
-            # no block shared: all become free, the hashed ones as one run (the loop below, in bulk)
-            for b in blocks:
-                ref[b] = 0
-            free.extend(blocks[:hashed - 1:-1] if hashed else blocks[::-1])
-            if not hashed:
+        if hashed is not None and self.in_free_order:
+            # in bulk when the blocks still shared with other requests lead the table (a common
+            # prefix): those lose a reference, the rest become free, the hashed ones as one run
+            refs = list(map(ref.__getitem__, blocks[:hashed]))
+            shared = refs.index(1) if 1 in refs else hashed
+            if shared == hashed or max(refs[shared:]) == 1:
+                for b in blocks[:shared]:
+                    ref[b] -= 1
+                for b in blocks[shared:]:
+                    ref[b] = 0
+                free.extend(reversed(blocks[hashed:]))
+                if shared == hashed:
+                    return
+                cached = blocks[shared:hashed]
+                cached.reverse()
+                run = _Run(cached)
+                for b in cached:
+                    run_of[b] = run
+                self._queue.append(run)
+                self._evictable += len(cached)
+                if self.watched:
+                    self.watched_free += len(self.watched.keys() & cached)
                 return
-            cached = blocks[hashed - 1::-1]
-            run = _Run(cached)
-            for b in cached:
-                run_of[b] = run
-            self._queue.append(run)
-            self._evictable += hashed
-            if self.watched:
-                self.watched_free += len(self.watched.keys() & cached)
-            return
         run = _Run(cached) if self.in_free_order else None  # (its blocks: ``cached``, filled below)
         for b in reversed(blocks):
             r = ref[b] - 1
