@@ -89,7 +89,8 @@ def usable_hit_tokens(hit_blocks: int, block_size: int, num_tokens: int) -> int:
 class _Run:
     """Free cached blocks that one ``give`` queued (``IN_FREE_ORDER``), in eviction order: the
     next one to evict is ``blocks[head]``; ``stale`` counts the entries past ``head`` whose block
-    was claimed back since (a block's live entry is in the run ``CachedBlockPool._run_of`` names)."""
+    was claimed back since (a block's entry is live when the block is free and
+    ``CachedBlockPool._run_of`` names this run: the last run it was freed into)."""
 
     __slots__ = ("blocks", "head", "stale")
 
@@ -106,7 +107,8 @@ class CachedBlockPool:
     (``IN_FREE_ORDER``) that order is the order blocks were freed, kept as a queue of runs (the
     blocks one ``give`` freed, ``_Run``): a run with no stale entry is evicted by slicing it, a
     block claimed back leaves a stale entry that is skipped when it is reached (each block names
-    the run holding its live entry, ``_run_of``). Other policies use a heap whose entries carry
+    the last run it was freed into, ``_run_of``; an entry is live when that is its run and the
+    block is free). Other policies use a heap whose entries carry
     the block's version (bumped when it is claimed). Per block, each operation costs a few list
     stores at most (O(log n) per heap push or pop); nothing walks the pool.
     """
@@ -198,7 +200,7 @@ class CachedBlockPool:
         if n <= 0:
             return False
         if self.in_free_order:
-            keys, run_of, seen = blocks.keys(), self._run_of, 0
+            keys, run_of, ref, seen = blocks.keys(), self._run_of, self.ref, 0
             for run in self._queue:
                 rb, h = run.blocks, run.head
                 if not run.stale:
@@ -209,7 +211,7 @@ class CachedBlockPool:
                 else:
                     for i in range(h, len(rb)):
                         b = rb[i]
-                        if run_of[b] is not run:  # a stale entry, skipped as _evict skips it
+                        if run_of[b] is not run or ref[b]:  # a stale entry, skipped as _evict skips it
                             continue
                         if b in blocks:
                             return True
@@ -237,7 +239,7 @@ class CachedBlockPool:
         """The ``n`` free cached blocks with the smallest keys, their hashes dropped."""
         hash_of, block_of, watched = self.hash_of, self.block_of, self.watched
         if self.in_free_order:
-            queue, run_of, out, need = self._queue, self._run_of, [], n
+            queue, run_of, ref, out, need = self._queue, self._run_of, self.ref, [], n
             while need:
                 run = queue[0]
                 rb, h = run.blocks, run.head
@@ -251,7 +253,7 @@ class CachedBlockPool:
                     while need and h < end:
                         b = rb[h]
                         h += 1
-                        if run_of[b] is run:
+                        if run_of[b] is run and not ref[b]:
                             out.append(b)
                             need -= 1
                         else:
@@ -285,16 +287,20 @@ class CachedBlockPool:
     def claim(self, blocks: list[int]) -> None:
         """Reference cached blocks found by their hashes (a hit)."""
         ref = self.ref
-        freed = [b for b in blocks if not ref[b]]
+        refs = list(map(ref.__getitem__, blocks))
+        nfree = countOf(refs, 0)
         for b in blocks:
             ref[b] += 1
-        if freed:
-            self._evictable -= len(freed)
-            if self.in_free_order:
-                run_of = self._run_of
-                for b in freed:
-                    run_of[b].stale += 1
-                    run_of[b] = None
+        if nfree:
+            freed = blocks if nfree == len(blocks) else [b for b, r in zip(blocks, refs) if not r]
+            self._evictable -= nfree
+            if self.in_free_order:  # each leaves a stale entry in its run (its run_of stays, it is referenced)
+                runs = list(map(self._run_of.__getitem__, freed))
+                if countOf(runs, runs[0]) == nfree:  # (usually: one run, a preempted request's own blocks)
+                    runs[0].stale += nfree
+                else:
+                    for run in runs:
+                        run.stale += 1
             else:
                 version = self._version
                 for b in freed:
@@ -476,15 +482,21 @@ class PrefixKVManager(KVManager):
                     pool.watched_free -= 1
             del out[pool.cut:]
             pool.cut = None
-        block_of = pool.block_of
-        for h in chain[len(out):]:
-            b = block_of.get(h)
-            if b is None:
+        # the walk in growing slices looked up in C, cut at the first miss
+        get, start, new, step = pool.block_of.get, len(out), [], 16
+        i = start
+        while i < len(chain):
+            found = list(map(get, chain[i:i + step]))
+            if None in found:
+                new += found[:found.index(None)]
                 break
-            watched[b] = len(out)
-            out.append(b)
-            if ref[b] == 0:
-                pool.watched_free += 1
+            new += found
+            i += step
+            step = min(4 * step, 4096)
+        if new:
+            watched.update(zip(new, range(start, start + len(new))))
+            pool.watched_free += countOf(map(ref.__getitem__, new), 0)
+            out += new
         self._last_hits = (chain, out)
         return out
 
