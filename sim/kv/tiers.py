@@ -35,8 +35,9 @@ What this module models (docs/design-decisions.md, "Tiered KV cache"):
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from dataclasses import dataclass
+from itertools import repeat
 
 from sim.kv.prefix import CachedBlockPool, PrefixKVManager, usable_hit_tokens
 
@@ -138,6 +139,57 @@ def tier_block(cfg, block_bytes: float, tally: TierTally | None) -> dict | None:
             "disk_gib": round(disk * block_bytes / GIB, 3), **tally.as_dict()}
 
 
+class LruHashes(dict):
+    """Block hashes in the order they came in, oldest first: a dict (membership, and that order
+    when iterated) whose value for a hash is the tag of the batch that added it. The batches
+    are kept in order (``_batches``: the hashes, the next one to look at, the tag), so adding is
+    one ``dict.update`` per batch and the oldest leave by walking the first batches; a batch's
+    entry for a hash that left since, or came back in a later batch, is skipped (its value is not
+    that batch's tag). The same order as an ``OrderedDict`` with ``popitem(last=False)``."""
+
+    def __init__(self):
+        super().__init__()
+        self._batches: deque[list] = deque()
+        self._entries = 0  # hashes held by the batches, stale ones included
+        self._tag = 0
+        self.slack = 4096  # stale entries allowed beyond the live ones before compacting
+
+    def add(self, hashes: list[int]) -> None:
+        """Add ``hashes`` (none of them here), oldest first, after every hash here."""
+        if not hashes:
+            return
+        self._tag += 1
+        self.update(zip(hashes, repeat(self._tag)))
+        self._batches.append([hashes, 0, self._tag])
+        self._entries += len(hashes)
+        if self._entries > 2 * len(self) + self.slack:  # mostly stale: one batch of what is here, in order
+            keys = list(self)
+            self._tag += 1
+            self.update(zip(keys, repeat(self._tag)))
+            self._batches = deque([[keys, 0, self._tag]])
+            self._entries = len(keys)
+
+    def pop_oldest(self, n: int) -> list[int]:
+        """Take out the ``n`` oldest hashes (n <= len(self)); they, oldest first."""
+        out, batches, get = [], self._batches, self.get
+        while len(out) < n:
+            batch = batches[0]
+            hs, i, tag = batch
+            end, start = len(hs), i
+            while i < end and len(out) < n:
+                h = hs[i]
+                i += 1
+                if get(h) == tag:
+                    out.append(h)
+            batch[1] = i
+            self._entries -= i - start
+            if i == end:
+                batches.popleft()
+        for h in out:
+            del self[h]
+        return out
+
+
 class LowerTiers:
     """The host store (and the disk store) of one replica: block hashes in LRU order, sized in
     blocks. The blocks of swapped-out requests (``swapped``, the manager's own dict) are pinned
@@ -146,8 +198,8 @@ class LowerTiers:
     def __init__(self, host_blocks: int, disk_blocks: int = 0, tally: TierTally | None = None,
                  swapped: dict[int, int] | None = None):
         self.swapped = {} if swapped is None else swapped  # the manager's swapped requests (pinned)
-        self.host: OrderedDict[int, None] = OrderedDict()
-        self.disk: OrderedDict[int, None] = OrderedDict()
+        self.host = LruHashes()
+        self.disk = LruHashes()
         self.host_blocks, self.disk_blocks = host_blocks, disk_blocks
         self.tally = TierTally() if tally is None else tally
         self.version = 0  # changes whenever a hash enters or leaves a tier (the lookup memo)
@@ -158,9 +210,7 @@ class LowerTiers:
 
     def offload(self, hashes: list[int]) -> None:
         """Hashes the GPU evicted, oldest first, into host (making room: ``_shrink``)."""
-        host = self.host
-        for h in hashes:
-            host[h] = None
+        self.host.add(hashes)
         self.tally.offloaded += len(hashes)
         self.version += 1
         self._shrink()
@@ -171,20 +221,15 @@ class LowerTiers:
         host, disk, t = self.host, self.disk, self.tally
         over = len(host) - (self.host_blocks - (sum(self.swapped.values()) if self.swapped else 0))
         if over > 0:
-            pop = host.popitem
+            gone = host.pop_oldest(over)
             if self.disk_blocks:
-                for _ in range(over):
-                    disk[pop(last=False)[0]] = None
+                disk.add(gone)
                 t.to_disk += over
             else:
-                for _ in range(over):
-                    pop(last=False)
                 t.dropped += over
         over = len(disk) - self.disk_blocks
         if over > 0:
-            pop = disk.popitem
-            for _ in range(over):
-                pop(last=False)
+            disk.pop_oldest(over)
             t.dropped += over
 
     def pin(self) -> None:
