@@ -374,7 +374,8 @@ def test_the_batched_lru_order_is_an_ordered_dicts(ops, slack):
             lru.add(new)
             ref.update((h, None) for h in new)
         elif op == "remove" and arg in ref:
-            del lru[arg], ref[arg]
+            lru.remove(arg)
+            del ref[arg]
         elif op == "pop":
             k = min(arg, len(ref))
             assert lru.pop_oldest(k) == [ref.popitem(last=False)[0] for _ in range(k)]

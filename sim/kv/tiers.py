@@ -141,15 +141,18 @@ def tier_block(cfg, block_bytes: float, tally: TierTally | None) -> dict | None:
 
 class LruHashes(dict):
     """Block hashes in the order they came in, oldest first: a dict (membership, and that order
-    when iterated) whose value for a hash is the tag of the batch that added it. The batches
-    are kept in order (``_batches``: the hashes, the next one to look at, the tag), so adding is
-    one ``dict.update`` per batch and the oldest leave by walking the first batches; a batch's
-    entry for a hash that left since, or came back in a later batch, is skipped (its value is not
-    that batch's tag). The same order as an ``OrderedDict`` with ``popitem(last=False)``."""
+    when iterated) whose value for a hash is the tag of the batch that added it. The batches are
+    kept in order (``_batches``: the hashes, the next one to look at, the tag, how many entries
+    past that one are stale), so adding is one ``dict.update`` per batch and the oldest leave by
+    slicing the first batches. A hash taken out (``remove``) leaves a stale entry in its batch,
+    skipped when reached; a hash that comes back joins a later batch. The same order as an
+    ``OrderedDict`` with ``popitem(last=False)``. Take hashes out with ``remove`` or
+    ``pop_oldest`` only (a plain ``del`` would leave a stale entry uncounted)."""
 
     def __init__(self):
         super().__init__()
         self._batches: deque[list] = deque()
+        self._batch_of: dict[int, list] = {}  # tag -> its batch, while queued
         self._entries = 0  # hashes held by the batches, stale ones included
         self._tag = 0
         self.slack = 4096  # stale entries allowed beyond the live ones before compacting
@@ -160,31 +163,49 @@ class LruHashes(dict):
             return
         self._tag += 1
         self.update(zip(hashes, repeat(self._tag)))
-        self._batches.append([hashes, 0, self._tag])
+        batch = [hashes, 0, self._tag, 0]
+        self._batches.append(batch)
+        self._batch_of[self._tag] = batch
         self._entries += len(hashes)
         if self._entries > 2 * len(self) + self.slack:  # mostly stale: one batch of what is here, in order
             keys = list(self)
             self._tag += 1
             self.update(zip(keys, repeat(self._tag)))
-            self._batches = deque([[keys, 0, self._tag]])
+            batch = [keys, 0, self._tag, 0]
+            self._batches, self._batch_of = deque([batch]), {self._tag: batch}
             self._entries = len(keys)
+
+    def remove(self, h: int) -> None:
+        """Take ``h`` out (it is here)."""
+        self._batch_of[self.pop(h)][3] += 1
 
     def pop_oldest(self, n: int) -> list[int]:
         """Take out the ``n`` oldest hashes (n <= len(self)); they, oldest first."""
-        out, batches, get = [], self._batches, self.get
-        while len(out) < n:
+        out, batches, get, need = [], self._batches, self.get, n
+        while need:
             batch = batches[0]
-            hs, i, tag = batch
+            hs, i, tag, stale = batch
             end, start = len(hs), i
-            while i < end and len(out) < n:
-                h = hs[i]
-                i += 1
-                if get(h) == tag:
-                    out.append(h)
+            if not stale:
+                seg = hs[i:i + need]
+                out += seg
+                i += len(seg)
+                need -= len(seg)
+            else:
+                while i < end and need:
+                    h = hs[i]
+                    i += 1
+                    if get(h) == tag:
+                        out.append(h)
+                        need -= 1
+                    else:
+                        stale -= 1
+                batch[3] = stale
             batch[1] = i
             self._entries -= i - start
             if i == end:
                 batches.popleft()
+                del self._batch_of[tag]
         for h in out:
             del self[h]
         return out
@@ -258,10 +279,10 @@ class LowerTiers:
         host, disk, from_host = self.host, self.disk, 0
         for h in hashes:
             if h in host:
-                del host[h]
+                host.remove(h)
                 from_host += 1
             else:
-                del disk[h]
+                disk.remove(h)
         from_disk = len(hashes) - from_host
         self.tally.loaded_host += from_host
         self.tally.loaded_disk += from_disk
@@ -271,9 +292,9 @@ class LowerTiers:
     def supersede(self, h: int) -> None:
         """The GPU caches ``h`` again: a lower tier's copy of it leaves."""
         if h in self.host:
-            del self.host[h]
+            self.host.remove(h)
         else:
-            del self.disk[h]
+            self.disk.remove(h)
         self.tally.superseded += 1
         self.version += 1
 
