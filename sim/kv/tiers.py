@@ -158,7 +158,8 @@ class LruHashes(dict):
         self.slack = 4096  # stale entries allowed beyond the live ones before compacting
 
     def add(self, hashes: list[int]) -> None:
-        """Add ``hashes`` (none of them here), oldest first, after every hash here."""
+        """Add ``hashes`` (none of them here), oldest first, after every hash here. The list is
+        kept as the batch: the caller hands it over and does not change it afterwards."""
         if not hashes:
             return
         self._tag += 1
