@@ -352,3 +352,31 @@ def test_a_card_without_a_host_link_is_refused(tmp_path):
     card.write_text("\n".join(["id: nolink-h100", "host_link_gbps_bidir: 0", *lines]) + "\n")
     with pytest.raises(ConfigError, match=r"kv\.cpu_offload_gib: hardware nolink-h100 has no host link"):
         build_config(tiny_config(hardware=str(card), kv={"prefix_caching": True, "cpu_offload_gib": 8}))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(st.one_of(
+    st.tuples(st.just("add"), st.lists(st.integers(0, 60), max_size=8)),
+    st.tuples(st.just("remove"), st.integers(0, 60)),
+    st.tuples(st.just("pop"), st.integers(0, 10))), max_size=150), slack=st.sampled_from([3, 10**6]))
+def test_the_batched_lru_order_is_an_ordered_dicts(ops, slack):
+    """A tier's hashes in batches (stale entries skipped, compacted when mostly stale) keep the
+    order, membership and evictions of an OrderedDict on random adds, removals and re-adds."""
+    from collections import OrderedDict
+
+    from sim.kv.tiers import LruHashes
+
+    lru, ref = LruHashes(), OrderedDict()
+    lru.slack = slack  # compact often, or never
+    for op, arg in ops:
+        if op == "add":
+            new = list(dict.fromkeys(h for h in arg if h not in ref))
+            lru.add(new)
+            ref.update((h, None) for h in new)
+        elif op == "remove" and arg in ref:
+            lru.remove(arg)
+            del ref[arg]
+        elif op == "pop":
+            k = min(arg, len(ref))
+            assert lru.pop_oldest(k) == [ref.popitem(last=False)[0] for _ in range(k)]
+        assert list(lru) == list(ref)

@@ -115,7 +115,7 @@ ops = st.lists(st.one_of(new, grow, grow, free, retry, retry), min_size=10, max_
 
 def check_no_leaks(kv: PrefixKVManager):
     pool = kv.pool
-    free = list(pool._free)
+    free = pool.free_blocks()
     cached = [b for b in range(pool.num_blocks) if pool.ref[b] == 0 and pool.hash_of[b] is not None]
     held = [b for b in range(pool.num_blocks) if pool.ref[b] > 0]
     assert len(set(free)) == len(free) and all(pool.ref[b] == 0 and pool.hash_of[b] is None for b in free)
@@ -186,3 +186,95 @@ def test_the_random_sequences_hit_and_evict():
     """The sequences above exercise hits and evictions (this runs after them, in file order)."""
     assert len(STATS) >= 100
     assert sum(1 for h, e in STATS if h and e) >= 20
+
+class QueueReference:
+    """An lru pool's free cached blocks the slow way: one list in the order they were freed."""
+
+    def __init__(self, n):
+        self.free = list(range(n))  # free blocks without a hash
+        self.cached: list[int] = []  # free blocks with a hash, oldest free first
+        self.ref = [0] * n
+        self.hash_of: dict[int, int] = {}
+
+    def take(self, k):
+        out = []
+        for _ in range(k):
+            if self.free:
+                b = self.free.pop(0)
+            else:
+                b = self.cached.pop(0)
+                del self.hash_of[b]
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def give(self, blocks):
+        for b in reversed(blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                (self.cached if b in self.hash_of else self.free).append(b)
+
+    def claim(self, blocks):
+        for b in blocks:
+            if self.ref[b] == 0:
+                self.cached.remove(b)
+            self.ref[b] += 1
+
+
+pool_ops = st.lists(st.one_of(
+    st.tuples(st.just("take"), st.integers(1, 12), st.integers(0, 12)),  # take n, register the first m
+    st.tuples(st.just("give"), st.integers(0, 99), st.booleans()),  # with the table's hashed count or not
+    st.tuples(st.just("claim"), st.lists(st.integers(0, 99), max_size=6)),
+    st.tuples(st.just("peek"), st.integers(0, 20), st.lists(st.integers(0, 99), max_size=4))),
+    min_size=5, max_size=120)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 40), ops=pool_ops)
+def test_the_run_queue_evicts_in_the_order_of_a_plain_list(n, ops):
+    """The lru pool's runs of blocks (sliced when clean, stale entries skipped) take, evict and
+    peek exactly as one per-block list in free order, with claims from the middle of runs, and
+    a give told how many leading blocks carry a hash frees exactly as one that is not."""
+    from sim.kv.prefix import CachedBlockPool
+
+    pool, ref = CachedBlockPool(n, "lru"), QueueReference(n)
+    tables: list[tuple[list[int], int]] = []  # (blocks, how many leading ones carry a hash; the rest none)
+    next_hash = 1000
+    for op, *args in ops:
+        if op == "take":
+            k = min(args[0], pool.num_free)
+            if not k:
+                continue
+            got = pool.take(k)
+            assert got == ref.take(k)
+            m = min(args[1], k)
+            hashes = list(range(next_hash, next_hash + m))
+            next_hash += m
+            pool.register(got[:m], hashes)
+            ref.hash_of.update(zip(got[:m], hashes))
+            tables.append((got, m))
+        elif op == "give" and tables:
+            t, m = tables.pop(args[0] % len(tables))
+            pool.give(t, m if args[1] else None)
+            ref.give(t)
+        elif op == "claim":
+            # a hit: cached blocks found by hash, free or held
+            hit = list(dict.fromkeys(b for b in (ref_b % n for ref_b in args[0]) if b in ref.hash_of))
+            if hit:
+                pool.claim(hit)
+                ref.claim(hit)
+                tables.append((hit, len(hit)))
+        elif op == "peek":
+            watched = {b % n: 0 for b in args[1]}
+            k = min(args[0], len(ref.cached))
+            assert pool.evicts_any(k, watched) == any(b in watched for b in ref.cached[:k])
+        assert pool.ref == ref.ref
+        assert pool.free_blocks() == ref.free and pool.num_evictable == len(ref.cached)
+        assert {b: h for b, h in enumerate(pool.hash_of) if h is not None} == ref.hash_of
+        assert pool.block_of == {h: b for b, h in ref.hash_of.items()}
+    while tables:  # everything back, then every cached block out in the reference's order
+        t, m = tables.pop()
+        pool.give(t, m)
+        ref.give(t)
+    order = ref.cached[:]
+    assert pool.take(pool.num_free)[len(ref.free):] == order

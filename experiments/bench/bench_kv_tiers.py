@@ -5,17 +5,27 @@ caching off, GPU-only prefix caching, and a host tier under it, side by side.
     python experiments/bench/bench_kv_tiers.py --num-requests 5000 --rounds 5 --host-gib 256
 
 The trace (``../shared/traces``) runs through the default deployment (Llama-3.1-8B on one
-H100-SXM) at ``--rate`` requests per second in three configurations, interleaved round by round
-(off, GPU, tiered, off, GPU, tiered, ...) so that all see the same load on a shared machine.
-Each round prints the three wall and CPU times, their engine steps, and the ratios to the run
-without caching; the end prints the median ratios. The target is a tiered run within 1.5x of
-the run without caching. Times are ``simulate()``'s, process start-up excluded (the same for
-all, after an untimed warm-up run of each). Prints its figures; asserts nothing.
+H100-SXM) at ``--rate`` requests per second in three configurations, each run in a fresh
+process, interleaved round by round (off, GPU, tiered, off, GPU, tiered, ...) so that all see
+the same load on a shared machine. Each round prints the three wall and CPU times, their engine
+steps, and the ratios to the run without caching; the end prints the median ratios. The target
+is a tiered run within 1.5x of the run without caching. Times are ``simulate()``'s in the child
+process, its start-up excluded (the same for all). Prints its figures; asserts nothing.
+
+    python experiments/bench/bench_kv_tiers.py --fingerprint     # digests of tiered-cache runs
+
+``--fingerprint`` runs a fixed set of small tiered configs (every GPU eviction policy, host tiers
+that drop, a disk tier, swap preemption in the host pool, the Mooncake trace's head, synthetic
+system prompts and sessions) and prints one digest per config of its request and step rows and
+its tier counts: a change meant to be a pure speed-up must print the same digests before and after.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import statistics
+import subprocess
 import time
 import sys
 from pathlib import Path
@@ -31,26 +41,84 @@ def configs(host_gib: float) -> dict[str, dict]:
             "tiered": {"prefix_caching": True, "cpu_offload_gib": host_gib}}
 
 
-def bench(n: int, rounds: int, rate: float, host_gib: float, trace: Path) -> None:
+def fingerprint_configs() -> dict[str, dict]:
+    """Name -> config of the fingerprint runs (small: the whole set takes well under a minute)."""
+    sysp = {"rate": 4.0, "num_requests": 300, "system_prompts": {"count": 4, "tokens": 700, "popularity": "zipf"},
+            "prompt": {"kind": "uniform", "min": 20, "max": 600}, "output": {"kind": "uniform", "min": 1, "max": 200}}
+    ses = {"rate": 1.0, "num_requests": 300, "sessions": {"think_time_s": 2.0},
+           "system_prompts": {"count": 2, "tokens": 100},
+           "prompt": {"kind": "uniform", "min": 10, "max": 300}, "output": {"kind": "uniform", "min": 1, "max": 150}}
+    out: dict[str, dict] = {}
+    for ev in ("lru", "lfu", "fifo"):
+        out[f"sysp-host-{ev}"] = {"workload": sysp, "kv": {"num_gpu_blocks": 400, "num_cpu_blocks": 300, "eviction": ev}}
+        out[f"sessions-host-{ev}"] = {"workload": ses, "kv": {"num_gpu_blocks": 500, "num_cpu_blocks": 400,
+                                                              "eviction": ev, "preemption": "swap"}}
+        if MOONCAKE.exists():
+            out[f"mooncake-host-{ev}"] = {"workload": {"trace": {"path": str(MOONCAKE), "num_requests": 300,
+                                                                 "rate": 2.0}},
+                                          "kv": {"num_gpu_blocks": 3000, "num_cpu_blocks": 6000, "eviction": ev}}
+            out[f"mooncake-disk-{ev}"] = {"workload": {"trace": {"path": str(MOONCAKE), "num_requests": 300,
+                                                                 "rate": 2.0}},
+                                          "kv": {"num_gpu_blocks": 3000, "num_cpu_blocks": 2000, "eviction": ev,
+                                                 "disk_offload_gib": 1.0, "disk_read_gbps": 5.0}}
+    if MOONCAKE.exists():
+        out["mooncake-swap-lru"] = {"workload": {"trace": {"path": str(MOONCAKE), "num_requests": 200, "rate": 2.0}},
+                                    "kv": {"num_gpu_blocks": 2500, "num_cpu_blocks": 4000, "preemption": "swap"}}
+        out["mooncake-bighost-lru"] = {"workload": {"trace": {"path": str(MOONCAKE), "num_requests": 300, "rate": 0.5}},
+                                       "kv": {"cpu_offload_gib": 1024.0}}
+    for cfg in out.values():
+        cfg["kv"]["prefix_caching"] = True
+        cfg["output"] = OUT
+    return out
+
+
+def fingerprint(only: str | None) -> None:
     from sim import simulate
 
+    for name, cfg in fingerprint_configs().items():
+        if only and only not in name:
+            continue
+        res = simulate(cfg, progress=False)
+        h = hashlib.sha256()
+        for frame in (res.requests, res.steps):
+            h.update(frame.to_csv(index=False, float_format="%.17g").encode())
+        pc = res.summary["prefix_cache"]
+        h.update(repr(pc["tiers"]).encode())
+        print(f"{name:24s} {h.hexdigest()[:16]}  hit rate {pc['hit_rate']:.4f}  steps {res.summary['sim']['steps']}  "
+              f"offloaded {pc['tiers']['host']['offloaded_blocks']}  dropped {pc['tiers']['dropped_blocks']}", flush=True)
+
+
+def timed(cfg: dict) -> dict:
+    """Wall and CPU seconds of ``simulate(cfg)``, its engine steps and hit rate, in this process."""
+    from sim import simulate
+
+    t, c = time.perf_counter(), time.process_time()
+    s = simulate(cfg, progress=False).summary
+    return {"wall": time.perf_counter() - t, "cpu": time.process_time() - c, "steps": s["sim"]["steps"],
+            "hit": s["prefix_cache"]["hit_rate"] or 0.0}
+
+
+def fresh(cfg: dict) -> dict:
+    """``timed(cfg)`` in a fresh Python process (nothing cached from an earlier run)."""
+    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg)], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def bench(n: int, rounds: int, rate: float, host_gib: float, trace: Path) -> None:
     if not trace.exists():
         print(f"skipped: {trace.name} not found under ../shared/traces")
         return
     wl = {"trace": {"path": str(trace), "num_requests": n, "rate": rate}}
-    for kv in configs(host_gib).values():  # warm-up, untimed: imports and the cost model's tables load once
-        simulate({"workload": {"trace": {**wl["trace"], "num_requests": 20}}, "kv": kv, "output": OUT}, progress=False)
     ratios: dict[str, list] = {"gpu": [], "tiered": []}
     cpu_ratios: dict[str, list] = {"gpu": [], "tiered": []}
     for i in range(rounds):
         wall, cpu, line = {}, {}, []
         for name, kv in configs(host_gib).items():
-            t, c = time.perf_counter(), time.process_time()
-            s = simulate({"workload": wl, "kv": kv, "output": OUT}, progress=False).summary
-            wall[name], cpu[name] = time.perf_counter() - t, time.process_time() - c
-            hit = s["prefix_cache"]["hit_rate"] or 0.0
-            line.append(f"{name} {wall[name]:.2f} s wall, {cpu[name]:.2f} s CPU ({s['sim']['steps']:,} steps, "
-                        f"hit {hit:.3f})")
+            r = fresh({"workload": wl, "kv": kv, "output": OUT})
+            wall[name], cpu[name] = r["wall"], r["cpu"]
+            line.append(f"{name} {wall[name]:.2f} s wall, {cpu[name]:.2f} s CPU ({r['steps']:,} steps, "
+                        f"hit {r['hit']:.3f})")
         for name in ratios:
             ratios[name].append(wall[name] / wall["off"])
             cpu_ratios[name].append(cpu[name] / cpu["off"])
@@ -61,8 +129,8 @@ def bench(n: int, rounds: int, rate: float, host_gib: float, trace: Path) -> Non
         r, c = ratios[name], cpu_ratios[name]
         print(f"Mooncake conversation, {n:,} requests at {rate:g}/s, {name} caching"
               + (f" ({host_gib:g} GiB host tier per GPU)" if name == "tiered" else "")
-              + f" / caching off, median of {rounds} interleaved rounds: {statistics.median(r):.2f} wall "
-              f"(min {min(r):.2f}, max {max(r):.2f}), {statistics.median(c):.2f} CPU time of the process "
+              + f" / caching off, median of {rounds} interleaved rounds of fresh processes: {statistics.median(r):.2f} "
+              f"wall (min {min(r):.2f}, max {max(r):.2f}), {statistics.median(c):.2f} CPU time "
               f"(min {min(c):.2f}, max {max(c):.2f})")
 
 
@@ -73,7 +141,16 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=0.5, help="requests per second (the trace is rescaled to it)")
     ap.add_argument("--host-gib", type=float, default=1024.0, help="host tier, GiB per GPU")
     ap.add_argument("--trace", type=Path, default=MOONCAKE, help="the Mooncake conversation trace")
+    ap.add_argument("--fingerprint", action="store_true", help="print digests of tiered-cache runs instead")
+    ap.add_argument("--only", default=None, help="with --fingerprint: only configs whose name contains this")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one timed run (a config as JSON)
     a = ap.parse_args()
+    if a.child:
+        print(json.dumps(timed(json.loads(a.child))))
+        return
+    if a.fingerprint:
+        fingerprint(a.only)
+        return
     bench(a.num_requests, a.rounds, a.rate, a.host_gib, a.trace)
 
 

@@ -5,11 +5,11 @@
     python experiments/bench/bench_prefix.py --fingerprint       # digests of prefix-caching runs
 
 The benchmark runs the Mooncake conversation trace (``../shared/traces``) through the default
-deployment (Llama-3.1-8B on one H100-SXM) with caching off and on, interleaved (off, on, off,
-on, ...) so that both see the same load on a shared machine, and prints each pair's wall and
-CPU times and their ratios, then the median ratios. Times are ``simulate()``'s, start-up of the
-process excluded (the same for both); on a loaded machine the CPU time of the process is the
-steadier of the two.
+deployment (Llama-3.1-8B on one H100-SXM) with caching off and on, each run in a fresh process,
+interleaved (off, on, off, on, ...) so that both see the same load on a shared machine, and
+prints each pair's wall and CPU times and their ratios, then the median ratios. Times are
+``simulate()``'s in the child process, its start-up excluded (the same for both); on a loaded
+machine the CPU time is the steadier of the two.
 
 ``--fingerprint`` runs a fixed set of small prefix-caching configs (every eviction policy, tight
 and loose pools, the Mooncake trace's head, synthetic system prompts and sessions, swap and
@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -86,9 +88,24 @@ def fingerprint(only: str | None) -> None:
               flush=True)
 
 
-def bench(n: int, pairs: int) -> None:
+def timed(cfg: dict) -> dict:
+    """Wall and CPU seconds of ``simulate(cfg)`` and its engine steps, in this process."""
     from sim import simulate
 
+    t, c = time.perf_counter(), time.process_time()
+    s = simulate(cfg, progress=False).summary
+    return {"wall": time.perf_counter() - t, "cpu": time.process_time() - c, "steps": s["sim"]["steps"],
+            "hit": s["prefix_cache"]["hit_rate"] or 0.0}
+
+
+def fresh(cfg: dict) -> dict:
+    """``timed(cfg)`` in a fresh Python process (nothing cached from an earlier run)."""
+    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg)], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def bench(n: int, pairs: int) -> None:
     if not MOONCAKE.exists():
         print(f"skipped: {MOONCAKE.name} not found under ../shared/traces")
         return
@@ -96,19 +113,16 @@ def bench(n: int, pairs: int) -> None:
     for i in range(pairs):
         wall, cpu, steps = {}, {}, {}
         for on in (False, True):
-            t, c = time.perf_counter(), time.process_time()
-            s = simulate({"workload": mooncake(n), "kv": {"prefix_caching": on}, "output": OUT}, progress=False).summary
-            wall[on], cpu[on] = time.perf_counter() - t, time.process_time() - c
-            steps[on] = s["sim"]["steps"]
+            r = fresh({"workload": mooncake(n), "kv": {"prefix_caching": on}, "output": OUT})
+            wall[on], cpu[on], steps[on] = r["wall"], r["cpu"], r["steps"]
         ratios.append(wall[True] / wall[False])
         cpu_ratios.append(cpu[True] / cpu[False])
         print(f"pair {i + 1}: uncached {wall[False]:6.2f} s wall, {cpu[False]:6.2f} s CPU ({steps[False]:,} steps); "
               f"cached {wall[True]:6.2f} s wall, {cpu[True]:6.2f} s CPU ({steps[True]:,} steps): "
               f"ratio {ratios[-1]:.2f} wall, {cpu_ratios[-1]:.2f} CPU", flush=True)
-    print(f"Mooncake conversation, {n:,} requests: cached / uncached, median of {pairs} interleaved pairs: "
-          f"{statistics.median(ratios):.2f} wall (min {min(ratios):.2f}, max {max(ratios):.2f}), "
-          f"{statistics.median(cpu_ratios):.2f} CPU time of the process (min {min(cpu_ratios):.2f}, "
-          f"max {max(cpu_ratios):.2f})")
+    print(f"Mooncake conversation, {n:,} requests: cached / uncached, median of {pairs} interleaved pairs of fresh "
+          f"processes: {statistics.median(ratios):.2f} wall (min {min(ratios):.2f}, max {max(ratios):.2f}), "
+          f"{statistics.median(cpu_ratios):.2f} CPU time (min {min(cpu_ratios):.2f}, max {max(cpu_ratios):.2f})")
 
 
 def main() -> None:
@@ -117,9 +131,12 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--fingerprint", action="store_true", help="print digests of prefix-caching runs instead")
     ap.add_argument("--only", default=None, help="with --fingerprint: only configs whose name contains this")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one timed run (a config as JSON)
     a = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    if a.fingerprint:
+    if a.child:
+        print(json.dumps(timed(json.loads(a.child))))
+    elif a.fingerprint:
         fingerprint(a.only)
     else:
         bench(a.num_requests, a.pairs)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from operator import countOf
 
 from sim.kv.blocks import KVManager
 
@@ -61,7 +62,9 @@ def kv_block_hashes(block_hashes: tuple[int, ...], hash_block_tokens: int, block
             bases.append(parent << shift)
         if m == 1:
             return bases
-        out = [g + r for g in bases for r in range(m)]
+        out: list[int] = []
+        for g in bases:
+            out.extend(range(g, g + m))  # g + 0 .. g + m - 1
         del out[n:]
         return out
     out: list[int] = []
@@ -83,16 +86,31 @@ def usable_hit_tokens(hit_blocks: int, block_size: int, num_tokens: int) -> int:
     return min(hit_blocks, (num_tokens - 1) // block_size) * block_size
 
 
+class _Run:
+    """Free cached blocks that one ``give`` queued (``IN_FREE_ORDER``), in eviction order: the
+    next one to evict is ``blocks[head]``; ``stale`` counts the entries past ``head`` whose block
+    was claimed back since (a block's entry is live when the block is free and
+    ``CachedBlockPool._run_of`` names this run: the last run it was freed into)."""
+
+    __slots__ = ("blocks", "head", "stale")
+
+    def __init__(self, blocks: list[int]):
+        self.blocks, self.head, self.stale = blocks, 0, 0
+
+
 class CachedBlockPool:
     """Blocks ``0 .. num_blocks-1``, ref-counted, each of which may carry a prefix hash.
 
     Free blocks without a hash form a FIFO list (handed out lowest-first at the start, so tests
     can assert exact ids); free blocks with a hash stay findable by their hash and wait to be
-    evicted in the policy's key order: a queue in the order they were freed for a policy whose
-    key is the free tick (``IN_FREE_ORDER``), else a heap. Both drop a block that is claimed
-    again lazily: the queue counts a block's entries that are no longer its live one
-    (``_stale``), the heap tags each entry with the block's version. Every operation costs O(1)
-    per block it touches (O(log n) per heap push or pop); nothing walks the pool.
+    evicted in the policy's key order. For a policy whose key is the free tick
+    (``IN_FREE_ORDER``) that order is the order blocks were freed, kept as a queue of runs (the
+    blocks one ``give`` freed, ``_Run``): a run with no stale entry is evicted by slicing it, a
+    block claimed back leaves a stale entry that is skipped when it is reached (each block names
+    the last run it was freed into, ``_run_of``; an entry is live when that is its run and the
+    block is free). Other policies use a heap whose entries carry
+    the block's version (bumped when it is claimed). Per block, each operation costs a few list
+    stores at most (O(log n) per heap push or pop); nothing walks the pool.
     """
 
     on_evict = None
@@ -103,18 +121,19 @@ class CachedBlockPool:
         if num_blocks <= 0:
             raise ValueError("a block pool needs at least one block")
         self.num_blocks = num_blocks
-        self._free = deque(range(num_blocks))  # free blocks without a hash, oldest first
+        self._free = list(range(num_blocks))  # free blocks without a hash, oldest first, from _free_head on
+        self._free_head = 0
         self.key = EVICTION[eviction]
         self.in_free_order = eviction in IN_FREE_ORDER
         self.ref = [0] * num_blocks
         self.hash_of: list[int | None] = [None] * num_blocks  # block -> its hash
         self.block_of: dict[int, int] = {}  # hash -> block
-        # what the eviction key may read about each block
+        # what the eviction key may read about each block (kept only for a heap's keys)
         self.last_access = [0] * num_blocks
         self.hits = [0] * num_blocks
         self.cached_at = [0] * num_blocks
-        self._queue: deque[int] = deque()  # IN_FREE_ORDER: free cached blocks, in the order freed
-        self._stale = [0] * num_blocks  # per block: its queue entries that are not its live one
+        self._queue: deque[_Run] = deque()  # IN_FREE_ORDER: runs of free cached blocks, in the order freed
+        self._run_of: list[_Run | None] = [None] * num_blocks  # a free cached block's run (IN_FREE_ORDER)
         self._heap: list[tuple] = []  # otherwise: (key, push order, block, version)
         self._version = [0] * num_blocks
         self._evictable = 0
@@ -129,7 +148,16 @@ class CachedBlockPool:
 
     @property
     def num_free(self) -> int:
-        return len(self._free) + self._evictable
+        return len(self._free) - self._free_head + self._evictable
+
+    @property
+    def num_plain_free(self) -> int:
+        """Free blocks without a hash (taken before any cached block is evicted)."""
+        return len(self._free) - self._free_head
+
+    def free_blocks(self) -> list[int]:
+        """The free blocks without a hash, in the order they will be handed out (for checks)."""
+        return self._free[self._free_head:]
 
     @property
     def num_used(self) -> int:
@@ -149,32 +177,48 @@ class CachedBlockPool:
     def take(self, n: int) -> list[int]:
         if n > self.num_free:
             raise RuntimeError(f"asked for {n} blocks with {self.num_free} free")
-        free, ref = self._free, self.ref
-        k = min(n, len(free))
-        out = [free.popleft() for _ in range(k)]
+        free, head = self._free, self._free_head
+        k = min(n, len(free) - head)
+        out = free[head:head + k]
+        head += k
+        if head > 4096 and 2 * head > len(free):  # drop the handed-out front now and then
+            del free[:head]
+            head = 0
+        self._free_head = head
         if k < n:
             out += self._evict(n - k)
+        ref = self.ref
         for b in out:
             ref[b] = 1
         return out
 
     def evicts_any(self, n: int, blocks: dict) -> bool:
         """Whether the next ``n`` evictions (the ``n`` free cached blocks ``_evict`` would take
-        now) include one of ``blocks``; changes nothing (a heap's entries popped to look are
-        pushed back: its pops follow the entries' keys, which are unique, not its layout)."""
+        now) include one of ``blocks`` (a dict keyed by block); changes nothing (a heap's entries
+        popped to look are pushed back: its pops follow the entries' keys, which are unique, not
+        its layout)."""
         if n <= 0:
             return False
         if self.in_free_order:
-            stale, skipped, seen = self._stale, {}, 0
-            for b in self._queue:
-                s = skipped.get(b, 0)
-                if s < stale[b]:  # (one of its stale entries, skipped as _evict skips them)
-                    skipped[b] = s + 1
-                    continue
-                if b in blocks:
-                    return True
-                seen += 1
-                if seen == n:
+            keys, run_of, ref, seen = blocks.keys(), self._run_of, self.ref, 0
+            for run in self._queue:
+                rb, h = run.blocks, run.head
+                if not run.stale:
+                    seg = rb[h:h + n - seen]
+                    if not keys.isdisjoint(seg):
+                        return True
+                    seen += len(seg)
+                else:
+                    for i in range(h, len(rb)):
+                        b = rb[i]
+                        if run_of[b] is not run or ref[b]:  # a stale entry, skipped as _evict skips it
+                            continue
+                        if b in blocks:
+                            return True
+                        seen += 1
+                        if seen == n:
+                            break
+                if seen >= n:
                     return False
             return False
         heap, version, ref, popped, hit, seen = self._heap, self._version, self.ref, [], False, 0
@@ -193,17 +237,32 @@ class CachedBlockPool:
 
     def _evict(self, n: int) -> list[int]:
         """The ``n`` free cached blocks with the smallest keys, their hashes dropped."""
-        out = []
         hash_of, block_of, watched = self.hash_of, self.block_of, self.watched
         if self.in_free_order:
-            queue, stale = self._queue, self._stale
-            while len(out) < n:
-                b = queue.popleft()
-                if stale[b]:
-                    stale[b] -= 1
-                    continue
-                out.append(b)
+            queue, run_of, ref, out, need = self._queue, self._run_of, self.ref, [], n
+            while need:
+                run = queue[0]
+                rb, h = run.blocks, run.head
+                if not run.stale:
+                    seg = rb[h:h + need]
+                    out += seg
+                    h += len(seg)
+                    need -= len(seg)
+                else:
+                    end = len(rb)
+                    while need and h < end:
+                        b = rb[h]
+                        h += 1
+                        if run_of[b] is run and not ref[b]:
+                            out.append(b)
+                            need -= 1
+                        else:
+                            run.stale -= 1
+                run.head = h
+                if h == len(rb):
+                    queue.popleft()
         else:
+            out = []
             heap, version = self._heap, self._version
             while len(out) < n:
                 _, _, b, v = heapq.heappop(heap)
@@ -215,37 +274,75 @@ class CachedBlockPool:
         for b in out:
             del block_of[hash_of[b]]
             hash_of[b] = None
-            if watched:
-                p = watched.pop(b, None)
-                if p is not None:
-                    self.watched_free -= 1
-                    if self.cut is None or p < self.cut:
-                        self.cut = p
+        if watched:
+            for b in watched.keys() & out:
+                p = watched.pop(b)
+                self.watched_free -= 1
+                if self.cut is None or p < self.cut:
+                    self.cut = p
         self._evictable -= n
         self.evictions += n
         return out
 
     def claim(self, blocks: list[int]) -> None:
         """Reference cached blocks found by their hashes (a hit)."""
-        ref, hits, last_access, tick, watched = self.ref, self.hits, self.last_access, self.tick, self.watched
+        ref = self.ref
+        refs = list(map(ref.__getitem__, blocks))
+        nfree = countOf(refs, 0)
         for b in blocks:
-            if ref[b] == 0:
-                self._evictable -= 1
-                if self.in_free_order:
-                    self._stale[b] += 1
-                else:
-                    self._version[b] += 1
-                if b in watched:
-                    self.watched_free -= 1
             ref[b] += 1
-            hits[b] += 1
-            last_access[b] = tick
+        if nfree:
+            freed = blocks if nfree == len(blocks) else [b for b, r in zip(blocks, refs) if not r]
+            self._evictable -= nfree
+            if self.in_free_order:  # each leaves a stale entry in its run (its run_of stays, it is referenced)
+                runs = list(map(self._run_of.__getitem__, freed))
+                if countOf(runs, runs[0]) == nfree:  # (usually: one run, a preempted request's own blocks)
+                    runs[0].stale += nfree
+                else:
+                    for run in runs:
+                        run.stale += 1
+            else:
+                version = self._version
+                for b in freed:
+                    version[b] += 1
+            if self.watched:
+                self.watched_free -= len(self.watched.keys() & freed)
+        if not self.in_free_order:
+            hits, last_access, tick = self.hits, self.last_access, self.tick
+            for b in blocks:
+                hits[b] += 1
+                last_access[b] = tick
 
-    def give(self, blocks: list[int]) -> None:
+    def give(self, blocks: list[int], hashed: int | None = None) -> None:
         """Drop one reference from each block; unreferenced blocks become free (tail first, so
-        a sequence's last blocks are evicted before its shared prefix)."""
-        ref, hash_of, last_access, tick, free = self.ref, self.hash_of, self.last_access, self.tick, self._free
-        watched, cached = self.watched, []
+        a sequence's last blocks are evicted before its shared prefix). ``hashed``, when given:
+        the caller knows that ``blocks[:hashed]`` each carry a hash and the rest carry none and
+        have no other holder (a request's table: ``PrefixKVManager.free``)."""
+        ref, hash_of, free, run_of, cached = self.ref, self.hash_of, self._free, self._run_of, []
+        if hashed is not None and self.in_free_order:
+            # in bulk when the blocks still shared with other requests lead the table (a common
+            # prefix): those lose a reference, the rest become free, the hashed ones as one run
+            refs = list(map(ref.__getitem__, blocks[:hashed]))
+            shared = refs.index(1) if 1 in refs else hashed
+            if shared == hashed or max(refs[shared:]) == 1:
+                for b in blocks[:shared]:
+                    ref[b] -= 1
+                for b in blocks[shared:]:
+                    ref[b] = 0
+                free.extend(reversed(blocks[hashed:]))
+                if shared == hashed:
+                    return
+                cached = blocks[shared:hashed]
+                cached.reverse()
+                run = _Run(cached)
+                for b in cached:
+                    run_of[b] = run
+                self._queue.append(run)
+                self._evictable += len(cached)
+                if self.watched:
+                    self.watched_free += len(self.watched.keys() & cached)
+                return
+        run = _Run(cached) if self.in_free_order else None  # (its blocks: ``cached``, filled below)
         for b in reversed(blocks):
             r = ref[b] - 1
             ref[b] = r
@@ -254,35 +351,52 @@ class CachedBlockPool:
             if hash_of[b] is None:
                 free.append(b)
             else:
-                last_access[b] = tick
                 cached.append(b)
-                if watched and b in watched:
-                    self.watched_free += 1
+                run_of[b] = run
         if not cached:
             return
         self._evictable += len(cached)
-        if self.in_free_order:
-            self._queue.extend(cached)
+        if self.watched:
+            self.watched_free += len(self.watched.keys() & cached)
+        if run is not None:
+            self._queue.append(run)
             return
-        key, heap, version, pushes = self.key, self._heap, self._version, self._pushes
-        hits, cached_at = self.hits, self.cached_at
+        key, heap, version, pushes, tick = self.key, self._heap, self._version, self._pushes, self.tick
+        hits, cached_at, last_access = self.hits, self.cached_at, self.last_access
         for b in cached:
+            last_access[b] = tick
             pushes += 1
             heapq.heappush(heap, (key(tick, hits[b], cached_at[b]), pushes, b, version[b]))
         self._pushes = pushes
 
-    def register(self, blocks, hashes) -> None:
+    def register(self, blocks, hashes) -> int:
         """Give each newly filled block its hash (pairs from ``blocks`` and ``hashes``), unless
-        another block already caches that hash or the block has one."""
-        block_of, hash_of, tick = self.block_of, self.hash_of, self.tick
+        another block already caches that hash or the block has one; how many got one."""
+        block_of, hash_of = self.block_of, self.hash_of
+        if (self.in_free_order and block_of.keys().isdisjoint(hashes)
+                and countOf(map(hash_of.__getitem__, blocks), None) == len(blocks)):
+            # the usual case in bulk: new hashes on blocks without one (no key to keep under lru)
+            n0 = len(block_of)
+            block_of.update(zip(hashes, blocks))
+            if len(block_of) - n0 == len(hashes):
+                for b, h in zip(blocks, hashes):
+                    hash_of[b] = h
+                return len(blocks)
+            for h in hashes:  # a hash repeated within ``hashes``: undone, the loop below keeps the first
+                block_of.pop(h, None)
+        tick, keyed = self.tick, not self.in_free_order
         last_access, hits, cached_at = self.last_access, self.hits, self.cached_at
+        n = 0
         for b, h in zip(blocks, hashes):
             if h in block_of or hash_of[b] is not None:
                 continue
             block_of[h] = b
             hash_of[b] = h
-            last_access[b] = cached_at[b] = tick
-            hits[b] = 0
+            n += 1
+            if keyed:
+                last_access[b] = cached_at[b] = tick
+                hits[b] = 0
+        return n
 
 
 class PrefixKVManager(KVManager):
@@ -307,6 +421,9 @@ class PrefixKVManager(KVManager):
         self.tables: dict[int, list[int]] = {}  # request id -> its blocks, in token order
         self._chains: dict[int, list[int]] = {}  # request id -> its full prompt blocks' hashes
         self._registered: dict[int, int] = {}  # request id -> leading blocks already offered to the cache
+        # request id -> how many leading blocks of its table carry a hash, all later ones none
+        # (-1: unknown, one was refused a hash); absent: none does (``free`` hands it to ``give``)
+        self._hashed: dict[int, int] = {}
         self._last_chain: tuple = (None, [])
         self._last_hits: tuple = (None, [])
 
@@ -327,7 +444,7 @@ class PrefixKVManager(KVManager):
         """Whether taking ``n_blocks`` now would evict a block of the last hit lookup's answer
         (``static_refusal``)."""
         pool = self.pool
-        return bool(pool.watched) and pool.evicts_any(n_blocks - len(pool._free), pool.watched)
+        return bool(pool.watched) and pool.evicts_any(n_blocks - pool.num_plain_free, pool.watched)
 
     def _take(self, req_id: int, n: int) -> None:
         self.tables.setdefault(req_id, []).extend(self.pool.take(n))
@@ -365,15 +482,21 @@ class PrefixKVManager(KVManager):
                     pool.watched_free -= 1
             del out[pool.cut:]
             pool.cut = None
-        block_of = pool.block_of
-        for h in chain[len(out):]:
-            b = block_of.get(h)
-            if b is None:
+        # the walk in growing slices looked up in C, cut at the first miss
+        get, start, new, step = pool.block_of.get, len(out), [], 16
+        i = start
+        while i < len(chain):
+            found = list(map(get, chain[i:i + step]))
+            if None in found:
+                new += found[:found.index(None)]
                 break
-            watched[b] = len(out)
-            out.append(b)
-            if ref[b] == 0:
-                pool.watched_free += 1
+            new += found
+            i += step
+            step = min(4 * step, 4096)
+        if new:
+            watched.update(zip(new, range(start, start + len(new))))
+            pool.watched_free += countOf(map(ref.__getitem__, new), 0)
+            out += new
         self._last_hits = (chain, out)
         return out
 
@@ -432,7 +555,7 @@ class PrefixKVManager(KVManager):
             self.tables[req_id] = table = hits + pool.take(fresh)
             self.held[req_id] = len(table)
             self._chains[req_id] = chain
-            self._registered[req_id] = g
+            self._registered[req_id] = self._hashed[req_id] = g
         elif not super().allocate(req_id, total_tokens, admit=admit):
             return False
         self.tables.setdefault(req_id, [])  # an allocation of no blocks still opens the table
@@ -448,7 +571,9 @@ class PrefixKVManager(KVManager):
         lo = self._registered[req_id]
         upto = min(len(chain), total_tokens // self.block_size)
         if upto > lo:
-            self.pool.register(self.tables[req_id][lo:upto], chain[lo:upto])
+            got = self.pool.register(self.tables[req_id][lo:upto], chain[lo:upto])
+            hashed = self._hashed
+            hashed[req_id] = upto if got == upto - lo and hashed[req_id] == lo else -1
             self._registered[req_id] = lo = upto
         if lo == len(chain):
             del self._chains[req_id], self._registered[req_id]
@@ -459,7 +584,8 @@ class PrefixKVManager(KVManager):
         self._registered.pop(req_id, None)
         self.held.pop(req_id, None)
         blocks = self.tables.pop(req_id, ())
-        self.pool.give(blocks)
+        hashed = self._hashed.pop(req_id, 0)
+        self.pool.give(blocks, hashed if hashed >= 0 else None)
         return len(blocks)
 
     @property

@@ -35,8 +35,9 @@ What this module models (docs/design-decisions.md, "Tiered KV cache"):
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from dataclasses import dataclass
+from itertools import repeat
 
 from sim.kv.prefix import CachedBlockPool, PrefixKVManager, usable_hit_tokens
 
@@ -138,6 +139,79 @@ def tier_block(cfg, block_bytes: float, tally: TierTally | None) -> dict | None:
             "disk_gib": round(disk * block_bytes / GIB, 3), **tally.as_dict()}
 
 
+class LruHashes(dict):
+    """Block hashes in the order they came in, oldest first: a dict (membership, and that order
+    when iterated) whose value for a hash is the tag of the batch that added it. The batches are
+    kept in order (``_batches``: the hashes, the next one to look at, the tag, how many entries
+    past that one are stale), so adding is one ``dict.update`` per batch and the oldest leave by
+    slicing the first batches. A hash taken out (``remove``) leaves a stale entry in its batch,
+    skipped when reached; a hash that comes back joins a later batch. The same order as an
+    ``OrderedDict`` with ``popitem(last=False)``. Take hashes out with ``remove`` or
+    ``pop_oldest`` only (a plain ``del`` would leave a stale entry uncounted)."""
+
+    def __init__(self):
+        super().__init__()
+        self._batches: deque[list] = deque()
+        self._batch_of: dict[int, list] = {}  # tag -> its batch, while queued
+        self._entries = 0  # hashes held by the batches, stale ones included
+        self._tag = 0
+        self.slack = 4096  # stale entries allowed beyond the live ones before compacting
+
+    def add(self, hashes: list[int]) -> None:
+        """Add ``hashes`` (none of them here), oldest first, after every hash here. The list is
+        kept as the batch: the caller hands it over and does not change it afterwards."""
+        if not hashes:
+            return
+        self._tag += 1
+        self.update(zip(hashes, repeat(self._tag)))
+        batch = [hashes, 0, self._tag, 0]
+        self._batches.append(batch)
+        self._batch_of[self._tag] = batch
+        self._entries += len(hashes)
+        if self._entries > 2 * len(self) + self.slack:  # mostly stale: one batch of what is here, in order
+            keys = list(self)
+            self._tag += 1
+            self.update(zip(keys, repeat(self._tag)))
+            batch = [keys, 0, self._tag, 0]
+            self._batches, self._batch_of = deque([batch]), {self._tag: batch}
+            self._entries = len(keys)
+
+    def remove(self, h: int) -> None:
+        """Take ``h`` out (it is here)."""
+        self._batch_of[self.pop(h)][3] += 1
+
+    def pop_oldest(self, n: int) -> list[int]:
+        """Take out the ``n`` oldest hashes (n <= len(self)); they, oldest first."""
+        out, batches, get, need = [], self._batches, self.get, n
+        while need:
+            batch = batches[0]
+            hs, i, tag, stale = batch
+            end, start = len(hs), i
+            if not stale:
+                seg = hs[i:i + need]
+                out += seg
+                i += len(seg)
+                need -= len(seg)
+            else:
+                while i < end and need:
+                    h = hs[i]
+                    i += 1
+                    if get(h) == tag:
+                        out.append(h)
+                        need -= 1
+                    else:
+                        stale -= 1
+                batch[3] = stale
+            batch[1] = i
+            self._entries -= i - start
+            if i == end:
+                batches.popleft()
+                del self._batch_of[tag]
+        for h in out:
+            del self[h]
+        return out
+
+
 class LowerTiers:
     """The host store (and the disk store) of one replica: block hashes in LRU order, sized in
     blocks. The blocks of swapped-out requests (``swapped``, the manager's own dict) are pinned
@@ -146,8 +220,8 @@ class LowerTiers:
     def __init__(self, host_blocks: int, disk_blocks: int = 0, tally: TierTally | None = None,
                  swapped: dict[int, int] | None = None):
         self.swapped = {} if swapped is None else swapped  # the manager's swapped requests (pinned)
-        self.host: OrderedDict[int, None] = OrderedDict()
-        self.disk: OrderedDict[int, None] = OrderedDict()
+        self.host = LruHashes()
+        self.disk = LruHashes()
         self.host_blocks, self.disk_blocks = host_blocks, disk_blocks
         self.tally = TierTally() if tally is None else tally
         self.version = 0  # changes whenever a hash enters or leaves a tier (the lookup memo)
@@ -158,9 +232,7 @@ class LowerTiers:
 
     def offload(self, hashes: list[int]) -> None:
         """Hashes the GPU evicted, oldest first, into host (making room: ``_shrink``)."""
-        host = self.host
-        for h in hashes:
-            host[h] = None
+        self.host.add(hashes)
         self.tally.offloaded += len(hashes)
         self.version += 1
         self._shrink()
@@ -171,20 +243,15 @@ class LowerTiers:
         host, disk, t = self.host, self.disk, self.tally
         over = len(host) - (self.host_blocks - (sum(self.swapped.values()) if self.swapped else 0))
         if over > 0:
-            pop = host.popitem
+            gone = host.pop_oldest(over)
             if self.disk_blocks:
-                for _ in range(over):
-                    disk[pop(last=False)[0]] = None
+                disk.add(gone)
                 t.to_disk += over
             else:
-                for _ in range(over):
-                    pop(last=False)
                 t.dropped += over
         over = len(disk) - self.disk_blocks
         if over > 0:
-            pop = disk.popitem
-            for _ in range(over):
-                pop(last=False)
+            disk.pop_oldest(over)
             t.dropped += over
 
     def pin(self) -> None:
@@ -213,10 +280,10 @@ class LowerTiers:
         host, disk, from_host = self.host, self.disk, 0
         for h in hashes:
             if h in host:
-                del host[h]
+                host.remove(h)
                 from_host += 1
             else:
-                del disk[h]
+                disk.remove(h)
         from_disk = len(hashes) - from_host
         self.tally.loaded_host += from_host
         self.tally.loaded_disk += from_disk
@@ -226,9 +293,9 @@ class LowerTiers:
     def supersede(self, h: int) -> None:
         """The GPU caches ``h`` again: a lower tier's copy of it leaves."""
         if h in self.host:
-            del self.host[h]
+            self.host.remove(h)
         else:
-            del self.disk[h]
+            self.disk.remove(h)
         self.tally.superseded += 1
         self.version += 1
 
@@ -242,7 +309,7 @@ class TieredBlockPool(CachedBlockPool):
         self.tiers = tiers
         self.on_evict = tiers.offload
 
-    def register(self, blocks, hashes) -> None:
+    def register(self, blocks, hashes) -> int:
         tiers = self.tiers
         if tiers.host or tiers.disk:
             found = tiers.host.keys() & hashes  # (a set operation in C: most hashes are in no tier)
@@ -253,7 +320,7 @@ class TieredBlockPool(CachedBlockPool):
                 for b, h in zip(blocks, hashes):
                     if h in found and h not in block_of and hash_of[b] is None:
                         tiers.supersede(h)
-        super().register(blocks, hashes)
+        return super().register(blocks, hashes)
 
 
 class TieredKVManager(PrefixKVManager):
