@@ -726,16 +726,22 @@ class KernelDbCostModel(RooflineCostModel):
         steps are one slice of it), at most ``TOTALS_ENTRIES`` places in all (dropped together
         when full; kept while ``p`` and the decode table are the ones they were computed with),
         and a run whose every step is kept is read, not priced."""
-        pts = self._points(num_seqs, kv_tokens + steps * num_seqs) if self._totals is not None else None
-        if pts is not None:
-            out = pts[kv_tokens:kv_tokens + steps * num_seqs:num_seqs]
-            if None not in out:
-                return out
+        memo, end = self._totals, kv_tokens + steps * num_seqs
+        if memo is None:
+            pts = None
+        else:
+            pts = memo[2].get(num_seqs)
+            if pts is None or end > len(pts) or memo[0] is not self.p or memo[1] is not self._gen.lt:
+                pts = self._points(num_seqs, end)  # (grown, or the memo started again)
+            if pts is not None:
+                out = pts[kv_tokens:end:num_seqs]
+                if None not in out:
+                    return out
         gemm, other, comm, cpu, ad = self._decode_parts(num_seqs, kv_tokens, longest, steps)
         g0 = gemm + 0.0  # (the first addition of _price's total; the rest in its order)
         out = [g0 + x + comm + other + cpu + 0.0 for x in ad]
         if pts is not None:
-            pts[kv_tokens:kv_tokens + steps * num_seqs:num_seqs] = out
+            pts[kv_tokens:end:num_seqs] = out
         return out
 
     def _kept_run(self, n: int, kv_tokens: int, steps: int) -> tuple[list, list] | None:
