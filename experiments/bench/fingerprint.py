@@ -108,8 +108,8 @@ def fingerprint(name: str, cfg: dict, fast_forward: bool = True) -> str:
         res = simulate(cfg, out=d if cfg.get("output", {}).get("stream") else None, progress=False)
         summary = dict(res.summary)
         summary["sim"] = {k: v for k, v in summary["sim"].items() if k != "wall_s"}
-        parts = [_digest(res.requests), _digest(res.steps),
-                 hashlib.sha256(json.dumps(summary, sort_keys=True, default=str).encode()).hexdigest()[:16]]
+        text = json.dumps(summary, sort_keys=True, default=str).replace(str(TRACE), TRACE.name)  # (where the checkout is: not hashed)
+        parts = [_digest(res.requests), _digest(res.steps), hashlib.sha256(text.encode()).hexdigest()[:16]]
     return " ".join(parts)
 
 
