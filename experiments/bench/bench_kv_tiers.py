@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import statistics
-import subprocess
-import time
 import sys
 from pathlib import Path
+
+from fresh_run import fresh  # (this folder: the script's own, first on sys.path)
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # the checkout this script is in, whatever is installed
@@ -88,23 +87,6 @@ def fingerprint(only: str | None) -> None:
               f"offloaded {pc['tiers']['host']['offloaded_blocks']}  dropped {pc['tiers']['dropped_blocks']}", flush=True)
 
 
-def timed(cfg: dict) -> dict:
-    """Wall and CPU seconds of ``simulate(cfg)``, its engine steps and hit rate, in this process."""
-    from sim import simulate
-
-    t, c = time.perf_counter(), time.process_time()
-    s = simulate(cfg, progress=False).summary
-    return {"wall": time.perf_counter() - t, "cpu": time.process_time() - c, "steps": s["sim"]["steps"],
-            "hit": s["prefix_cache"]["hit_rate"] or 0.0}
-
-
-def fresh(cfg: dict) -> dict:
-    """``timed(cfg)`` in a fresh Python process (nothing cached from an earlier run)."""
-    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg)], check=True, capture_output=True,
-                         text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def bench(n: int, rounds: int, rate: float, host_gib: float, trace: Path) -> None:
     if not trace.exists():
         print(f"skipped: {trace.name} not found under ../shared/traces")
@@ -143,11 +125,7 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=MOONCAKE, help="the Mooncake conversation trace")
     ap.add_argument("--fingerprint", action="store_true", help="print digests of tiered-cache runs instead")
     ap.add_argument("--only", default=None, help="with --fingerprint: only configs whose name contains this")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one timed run (a config as JSON)
     a = ap.parse_args()
-    if a.child:
-        print(json.dumps(timed(json.loads(a.child))))
-        return
     if a.fingerprint:
         fingerprint(a.only)
         return

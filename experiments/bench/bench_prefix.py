@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from fresh_run import fresh  # (this folder: the script's own, first on sys.path)
 
 REPO = Path(__file__).resolve().parents[2]
 MOONCAKE = REPO.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
@@ -88,23 +87,6 @@ def fingerprint(only: str | None) -> None:
               flush=True)
 
 
-def timed(cfg: dict) -> dict:
-    """Wall and CPU seconds of ``simulate(cfg)`` and its engine steps, in this process."""
-    from sim import simulate
-
-    t, c = time.perf_counter(), time.process_time()
-    s = simulate(cfg, progress=False).summary
-    return {"wall": time.perf_counter() - t, "cpu": time.process_time() - c, "steps": s["sim"]["steps"],
-            "hit": s["prefix_cache"]["hit_rate"] or 0.0}
-
-
-def fresh(cfg: dict) -> dict:
-    """``timed(cfg)`` in a fresh Python process (nothing cached from an earlier run)."""
-    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(cfg)], check=True, capture_output=True,
-                         text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def bench(n: int, pairs: int) -> None:
     if not MOONCAKE.exists():
         print(f"skipped: {MOONCAKE.name} not found under ../shared/traces")
@@ -131,12 +113,9 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--fingerprint", action="store_true", help="print digests of prefix-caching runs instead")
     ap.add_argument("--only", default=None, help="with --fingerprint: only configs whose name contains this")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one timed run (a config as JSON)
     a = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    if a.child:
-        print(json.dumps(timed(json.loads(a.child))))
-    elif a.fingerprint:
+    if a.fingerprint:
         fingerprint(a.only)
     else:
         bench(a.num_requests, a.pairs)
