@@ -25,7 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from fresh_run import fresh  # (this folder: the script's own, first on sys.path)
+from cache_bench import SESSIONS, SYSTEM_PROMPTS, fresh  # (this folder: the script's own, first on sys.path)
 
 REPO = Path(__file__).resolve().parents[2]
 MOONCAKE = REPO.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
@@ -41,11 +41,7 @@ def mooncake(n: int, rate: float | None = None) -> dict:
 
 def fingerprint_configs() -> dict[str, dict]:
     """Name -> config of the fingerprint runs (small: the whole set takes well under a minute)."""
-    sysp = {"rate": 4.0, "num_requests": 300, "system_prompts": {"count": 4, "tokens": 700, "popularity": "zipf"},
-            "prompt": {"kind": "uniform", "min": 20, "max": 600}, "output": {"kind": "uniform", "min": 1, "max": 200}}
-    ses = {"rate": 1.0, "num_requests": 300, "sessions": {"think_time_s": 2.0},
-           "system_prompts": {"count": 2, "tokens": 100},
-           "prompt": {"kind": "uniform", "min": 10, "max": 300}, "output": {"kind": "uniform", "min": 1, "max": 150}}
+    sysp, ses = SYSTEM_PROMPTS, SESSIONS
     out: dict[str, dict] = {}
     for ev in ("lru", "lfu", "fifo"):
         out[f"sysp-tight-{ev}"] = {"workload": sysp, "kv": {"num_gpu_blocks": 400, "eviction": ev}}

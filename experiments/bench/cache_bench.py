@@ -1,8 +1,8 @@
-"""One timed ``simulate()`` in a fresh Python process, for the benchmark scripts that compare runs
-side by side (``bench_prefix.py``, ``bench_kv_tiers.py``): nothing cached from an earlier run, and
-the child's start-up is not timed.
+"""What the prefix-cache benchmarks (``bench_prefix.py``, ``bench_kv_tiers.py``) share: one timed
+``simulate()`` in a fresh Python process (nothing cached from an earlier run; the child's start-up
+not timed), and the two small workloads their fingerprint runs use.
 
-    python experiments/bench/fresh_run.py '{"workload": {...}}'   # prints the timing as JSON
+    python experiments/bench/cache_bench.py '{"workload": {...}}'   # prints the timing as JSON
 """
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+
+SYSTEM_PROMPTS = {"rate": 4.0, "num_requests": 300, "system_prompts": {"count": 4, "tokens": 700, "popularity": "zipf"},
+                  "prompt": {"kind": "uniform", "min": 20, "max": 600}, "output": {"kind": "uniform", "min": 1, "max": 200}}
+"""Four shared system prompts of 700 tokens, Zipf popularity."""
+SESSIONS = {"rate": 1.0, "num_requests": 300, "sessions": {"think_time_s": 2.0}, "system_prompts": {"count": 2, "tokens": 100},
+            "prompt": {"kind": "uniform", "min": 10, "max": 300}, "output": {"kind": "uniform", "min": 1, "max": 150}}
+"""Multi-turn sessions (each turn's prompt holds the conversation so far) over two system prompts."""
 
 
 def timed(cfg: dict) -> dict:
