@@ -180,7 +180,7 @@ def headline(doc: Doc, s: dict) -> None:
 
 
 def cdf_figure(frames: dict[str, pd.DataFrame], figdir: Path, slo: dict | None) -> None:
-    from sim.metrics.plots import _plt, cdf, save
+    from sim.metrics.plots import _plt, cdf, log_scale, save
 
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
@@ -190,7 +190,7 @@ def cdf_figure(frames: dict[str, pd.DataFrame], figdir: Path, slo: dict | None) 
             cdf(ax, df[col].to_numpy(float), label, 1e3)
         if lim:
             ax.axvline(lim * 1e3, color="crimson", ls="--", lw=1, label=f"SLO {lim * 1e3:g} ms")
-        ax.set_xscale("log")  # latencies span decades; an SLO line must not squash the curves
+        log_scale(ax)  # latencies span decades; an SLO line must not squash the curves
         ax.set_xlabel(f"{name} (ms, log scale)")
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{name} CDF", fontsize=10)
@@ -211,7 +211,7 @@ def series_label(keys: list[str], name) -> str:
 
 
 def load_figure(table: pd.DataFrame, rate_key: str, others: list[str], figdir: Path) -> None:
-    from sim.metrics.plots import _plt, save
+    from sim.metrics.plots import _plt, log_scale, save
 
     plt = _plt()
     ok = table[table["status"] == "ok"]
@@ -229,7 +229,7 @@ def load_figure(table: pd.DataFrame, rate_key: str, others: list[str], figdir: P
         ax.set_xlabel("arrival rate (req/s)")
         ax.set_ylabel(y)
         ax.legend(fontsize=7)
-    axes[0].set_yscale("log")
+    log_scale(axes[0], "y")
     fig.suptitle("Latency against load (mean over seeds)", fontsize=10)
     save(fig, figdir, "latency_vs_load")
     plt.close(fig)
@@ -238,7 +238,7 @@ def load_figure(table: pd.DataFrame, rate_key: str, others: list[str], figdir: P
 def capacity_figure(probes: list[dict], settings: dict, figdir: Path) -> None:
     """p99 TTFT and p99 TPOT against the probed rate, a colour per seed (hollow: failed), the
     SLOs dashed."""
-    from sim.metrics.plots import _plt, save
+    from sim.metrics.plots import _plt, log_scale, save
 
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
@@ -251,7 +251,7 @@ def capacity_figure(probes: list[dict], settings: dict, figdir: Path) -> None:
                         mfc=f"C{i % 10}" if passed else "none", label=f"seed {seed}" if passed else None)
     for ax, key, name in zip(axes, ("ttft_p99_s", "tpot_p99_s"), ("p99 TTFT (ms, log scale)", "p99 TPOT (ms, log scale)")):
         ax.axhline(1e3 * settings[key], color="crimson", ls="--", lw=1, label=f"SLO {1e3 * settings[key]:g} ms")
-        ax.set_yscale("log")
+        log_scale(ax, "y")
         ax.set_xlabel("probed arrival rate (req/s)")
         ax.set_ylabel(name)
         ax.legend(fontsize=7)
