@@ -126,3 +126,13 @@ def test_validate_silicon_bad_mode_is_one_line(capsys, tmp_path):
     assert main(["validate-silicon", "--modes", "agg,xpyd", "--quiet", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--modes: unknown mode 'xpyd'" in err[0]
+
+
+@needs_db
+def test_validate_silicon_max_tokens_skips_rows_over_the_budget(capsys, tmp_path):
+    # the gb200 Qwen3-32B rows: 552 clients x 500 tokens x 1 round = 276,000 tokens each
+    args = ["validate-silicon", "--modes", "disagg", "--models", "qwen3-32b", "--systems", "gb200", "--rounds", "1",
+            "--cost-model", "roofline", "--quiet", "--no-plots", "--out", str(tmp_path)]
+    assert main([*args, "--max-tokens", "275999"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "larger than this run's budget (--max-tokens 275999" in err[0] and ": 2" in err[0]

@@ -58,6 +58,9 @@ def register(sub) -> None:
     p.add_argument("--ramp", choices=["none", "request"], default="none",
                    help="client start: all at t=0 (as the benchmarks do), or staggered over one predicted request")
     p.add_argument("--sample", type=int, help="replay a random sample of N selected rows (seeded, reproducible)")
+    p.add_argument("--max-tokens", type=int,
+                   help="skip rows whose replay would generate more than N output tokens (rounds x clients x output "
+                        "length), counted as skipped by that reason (default: no limit)")
     p.add_argument("--workers", type=int, default=1, help="parallel processes")
     p.add_argument("--out", default="results/validate_silicon", help="output folder")
     p.add_argument("--no-plots", action="store_true", help="skip the figure")
@@ -78,6 +81,8 @@ def run(args) -> int:
         raise ConfigError("--rounds must be at least 1")
     if args.sample is not None and args.sample < 1:
         raise ConfigError("--sample must be at least 1")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ConfigError("--max-tokens must be at least 1")
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
     if not 0 <= args.frontend_ms <= 10_000:
@@ -107,6 +112,11 @@ def run(args) -> int:
     if args.sample is not None:
         selected = {m: (r.sample(args.sample, random_state=0).sort_index().reset_index(drop=True)
                         if args.sample < len(r) else r, s) for m, (r, s) in selected.items()}
+    if args.max_tokens is not None:
+        selected = {m: _within(silicon, r, s, args) for m, (r, s) in selected.items()}
+        if not any(len(r) for r, _ in selected.values()):
+            raise ConfigError("every row of the csv that matches the filters was skipped: "
+                              + "; ".join(f"{k}: {v}" for _, s in selected.values() for k, v in s.items()))
     models = COST_MODELS[args.cost_model]
     tasks = [(r.to_dict(), cm, args.rounds, (), args.ramp, args.client, args.frontend_ms / 1e3)
              for rows, _ in selected.values() for _, r in rows.iterrows() for cm in models]
@@ -140,6 +150,21 @@ def run(args) -> int:
     print(f"\nresults written to {dest}/ (predictions.parquet, summary.json"
           f"{'' if args.no_plots else ', predicted_vs_measured.png/.svg'})")
     return 0
+
+
+def _within(silicon, rows, skipped: Counter, args):
+    """The rows whose replay generates at most ``--max-tokens`` output tokens (rounds, as the
+    client caps them, x clients x output length), the others counted as skipped."""
+    if not len(rows):
+        return rows, skipped
+    tokens = [min(args.rounds, silicon.client_for(r, args.client).per_client) * int(r["concurrency"]) * int(r["osl"])
+              for _, r in rows.iterrows()]
+    keep = [t <= args.max_tokens for t in tokens]
+    over = len(keep) - sum(keep)
+    if over:
+        skipped = skipped + Counter({f"larger than this run's budget (--max-tokens {args.max_tokens}: rounds x "
+                                     "clients x output length)": over})
+    return rows[keep].reset_index(drop=True), skipped
 
 
 def _errors(tasks, results) -> Counter:

@@ -24,6 +24,13 @@ matched) and the framework's scheduler and KV settings (``server``: TRT-LLM's fp
 run an fp8 KV cache, as its ``auto`` KV dtype follows the ModelOpt checkpoint); ``tp_size`` ->
 ``parallelism.tp``; ``max_num_seqs`` at least the concurrency. Rows that cannot be replayed are
 counted by reason.
+
+Disaggregated rows (``mode`` disagg, ``select_disagg``): each side's workers and placement
+(``disagg_placement``) become a prefill pool and a decode pool (``disagg_pools``) on the row's
+GPU, with the KV link of the cards; the same client, the framework's default settings (the
+InferenceMAX launch scripts are single-node aggregated ones: ``launch_script`` returns None) and
+the closed loop at the row's concurrency; the client's first token streams from the decode
+worker (``disagg_run``). Rows whose worker counts the csv does not record are counted apart.
 """
 from __future__ import annotations
 
