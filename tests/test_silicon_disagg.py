@@ -136,3 +136,27 @@ def test_validate_silicon_max_tokens_skips_rows_over_the_budget(capsys, tmp_path
     assert main([*args, "--max-tokens", "275999"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "larger than this run's budget (--max-tokens 275999" in err[0] and ": 2" in err[0]
+
+
+def test_the_gb300_card_holds_the_figures_its_sources_give():
+    """aiconfigurator-core 0.12.0 systems/gb300.yaml (the Blackwell Ultra datasheet's figures):
+    mem_bw 8 TB/s, 2.5 / 5 / 15 PFLOPS dense bf16 / fp8 / fp4, 1400 W, 284208 MiB reported by
+    nvidia-smi; no price in the reference table."""
+    hw = get_hardware("GB300")
+    assert hw.id == "gb300" and hw.price is None
+    assert (hw.mem_bw_tbps, hw.bf16_tflops, hw.fp8_tflops, hw.fp4_tflops, hw.tdp_w) == (8.0, 2500, 5000, 15000, 1400)
+    assert hw.usable_memory_gib == pytest.approx(284208 / 1024, abs=0.01)
+    assert hw.host_bw == 450e9  # NVLink-C2C, 900 GB/s both ways, as on GB200
+
+
+@needs_db
+def test_auto_prices_gb300_from_its_kernel_database_tables(tmp_path, monkeypatch):
+    from sim import simulate
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # (the derived tables' cache)
+    assert kd.SYSTEMS["gb300"] == "gb300"
+    for fw in ("vllm", "sglang", "trtllm"):
+        assert kd.framework_versions("gb300", fw), fw
+    res = simulate(tiny_config(hardware="gb300", cost={"model": "auto", "framework": "trtllm"},
+                               workload={"rate": 5.0, "num_requests": 5}))
+    assert res.summary["sim"]["cost_model"] == "kerneldb"
