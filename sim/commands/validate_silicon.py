@@ -36,7 +36,8 @@ def register(sub) -> None:
                        description="Replay the aggregated rows of aiconfigurator-core's silicon_sample.csv as closed-loop "
                                    "benchmarks (N concurrent clients, the benchmark client and server settings each row "
                                    "was measured with) and print the median and p90 absolute percentage error of TTFT "
-                                   "and TPOT.",
+                                   "and TPOT; --modes disagg replays the disaggregated rows as prefill and decode pools "
+                                   "and reports them apart.",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--models", type=_csv_list, help="comma-separated catalog ids or Hugging Face repos (default: all)")
     p.add_argument("--systems", type=_csv_list, help="comma-separated systems (h200_sxm or h200-sxm; default: all)")
