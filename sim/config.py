@@ -128,8 +128,17 @@ class PoolAutoscale(_Strict):
 
 
 class PoolParallelism(_Strict):
+    """One pool's parallelism, with the meaning of the top-level ``parallelism``: a replica of a
+    pool with dp > 1 is an expert group of dp attention ranks (each its own scheduler and KV pool,
+    stepping together), ep the expert-parallel degree over its tp x dp GPUs."""
+
     tp: int = Field(default=1, ge=1, le=64, description="tensor-parallel degree (GPUs per stage)")
     pp: int = Field(default=1, ge=1, le=64, description="pipeline stages")
+    ep: int | None = Field(default=None, ge=1, le=1024, description=(
+        "expert-parallel degree over the tp x dp GPUs of one replica (default: the top-level parallelism.ep)"))
+    dp: int | None = Field(default=None, ge=1, le=1024, description=(
+        "attention data-parallel ranks of one replica, an expert group stepping together (default: the "
+        "top-level parallelism.dp)"))
 
 
 class Pool(_Strict):
@@ -164,10 +173,6 @@ class Pool(_Strict):
             raise ValueError(str(e)) from None
         return v
 
-    @property
-    def gpus_per_replica(self) -> int:
-        par = self.parallelism or PoolParallelism()
-        return par.tp * par.pp
 
 
 class Cluster(_Strict):
@@ -488,7 +493,7 @@ class Config(_Strict):
             raise ValueError(why)
         if par.dp > 1:  # expert groups step as one: what the engine does not simulate with them yet
             for on, what in ((self.faults.events, "faults are"), (self.cluster.autoscale.enabled, "autoscaling is"),
-                             (self.cluster.disaggregated, "prefill/decode disaggregation is"),
+                             (self.cluster.prefill_replicas > 0, "prefill/decode disaggregation is"),
                              (self.engine.workers > 1, "engine.workers > 1 is")):
                 if on:
                     raise ValueError(f"parallelism.dp: {what} not simulated with attention data parallelism yet; "
@@ -506,11 +511,22 @@ class Config(_Strict):
         if not pools:
             return self
         card = get_model(self.model)
+        from sim.cluster.pools import fleet, pool_parallelism
+
         for i, p in enumerate(pools):
-            par = p.parallelism or self.parallelism
-            why = card.parallelism_problem(par.tp, par.pp) or card.expert_parallel_problem(par.tp, self.parallelism.ep)
+            tp, pp, ep, dp = pool_parallelism(self, p)
+            why = card.parallelism_problem(tp, pp) or card.expert_parallel_problem(tp, ep, dp)
             if why:
-                raise ValueError(f"cluster.pools[{i}].parallelism ({p.name}): {why}")
+                key = why.split(":")[0].removeprefix("parallelism.") if why.startswith("parallelism.") else None
+                raise ValueError(f"cluster.pools[{i}].parallelism{'.' + key if key else ''} ({p.name}): "
+                                 f"{why.split(': ', 1)[1] if key else why}")
+            if dp > 1:  # an expert group steps as one: what the engine does not simulate with it yet
+                if p.autoscale is not None and p.autoscale.enabled:
+                    raise ValueError(f"cluster.pools[{i}].autoscale ({p.name}): autoscaling is not simulated with "
+                                     "attention data parallelism (parallelism.dp > 1) yet")
+                if self.faults.events:
+                    raise ValueError(f"cluster.pools[{i}].parallelism.dp ({p.name}): faults are not simulated with "
+                                     "attention data parallelism yet; use dp=1 or no faults")
             dtype = p.dtype or self.dtype
             try:
                 get_hardware(p.hardware).check_dtype(dtype)
@@ -519,12 +535,10 @@ class Config(_Strict):
             if dtype in ("mxfp4", "int4") and not card.is_moe:
                 raise ValueError(f"cluster.pools[{i}].dtype ({p.name}): {dtype} quantises the routed experts of an "
                                  f"MoE model; {self.model} has none")
-        for on, what in ((self.parallelism.dp > 1, "parallelism.dp > 1"), (self.speculative.enabled, "speculative"),
-                         (self.engine.workers > 1, "engine.workers > 1"),
+        for on, what in ((self.speculative.enabled, "speculative"), (self.engine.workers > 1, "engine.workers > 1"),
                          (self.kv.host_tier is not None, f"a tiered KV cache ({self.kv.host_tier})")):
             if on:
                 raise ValueError(f"cluster.pools: {what} is not simulated with pools yet")
-        from sim.cluster.pools import fleet
         from sim.cost.memory import memory_for_config
         from sim.errors import CapacityError
 

@@ -157,18 +157,17 @@ class Engine:
         self.cfg = cfg
         # shard (w, n): this process simulates replicas i with i % n == w (see ``run_engine``)
         self.shard = shard
-        self.own = {i for i in range(cfg.cluster.replicas * cfg.parallelism.dp)
-                    if i % shard[1] == shard[0]}
+        self.pools = fleet(cfg)  # (described below)
+        self.own = {i for i in range(sum(p.ranks for p in self.pools)) if i % shard[1] == shard[0]}
         # record_plans: keep each step's (replica, start_s, request ids, BatchShape) in
         # ``self.plans`` (the real replay of calibration/ executes them); off by default.
         self.plans: list | None = [] if record_plans else None
         self.model = get_model(cfg.model)
         # the pools (the shorthand's one or two share ``cfg``): per (GPU, dtype, TP, PP) a card,
         # a memory plan and a cost model; ``hw``, ``mem``, ``cost`` are the first pool's
-        self.pools = fleet(cfg)
         self.parts = pool_parts(self.pools, self.model, bool(cfg.cluster.pools))
         self.hw, self.mem, self.cost = self.parts[self.pools[0].key]
-        self.pool_of = [p for p in self.pools for _ in range(p.replicas * cfg.parallelism.dp)]  # by replica index
+        self.pool_of = [p for p in self.pools for _ in range(p.ranks)]  # by replica index (a rank with dp > 1)
         # a tiered KV cache's run-wide counts (None: off; the config refuses one with cluster.pools)
         self.tiers = tiered_cache(cfg, self.mem.block_bytes)
         self.sched_cls, self.knobs = REGISTRY[cfg.scheduler.name], cfg.scheduler.knobs()
@@ -194,8 +193,8 @@ class Engine:
         self.itl = ItlSketch() if self.sink is not None else ItlLog()
         # attention data parallelism: each replica is an expert group of ``dp`` ranks, each rank
         # its own scheduler and KV pool (a ``Replica``: the routers see ranks); a group steps as one
-        self.dp = cfg.parallelism.dp  # (what dp > 1 does not simulate is refused by the config)
-        self.replicas = [self._new_replica(i) for i in range(cfg.cluster.replicas * self.dp)]
+        self.dp = max(p.dp for p in self.pools)  # (what dp > 1 does not simulate is refused by the config)
+        self.replicas = [self._new_replica(i) for i in range(len(self.pool_of))]
         self.disagg = Disaggregation.for_config(cfg, self.replicas, self.hw, self.model, self.pools, self.parts)  # None: not disaggregated
         self.entry_pool = self.disagg.entry_pool if self.disagg else self.replicas  # where arrivals go
         self.route = ROUTERS[cfg.cluster.router]
@@ -341,7 +340,16 @@ class Engine:
         if self._wait(rep, now):
             yield now
         prefill, decode, changed = lifecycle.complete_step(plan, self.by_id, start, now, self.itl, accepted)
-        for r in changed:  # finished, or got its first token
+        if changed:
+            self._changed(rep, changed, now)
+        self.steps.add(rep.idx, start, st, len(shape.new_tokens), prefill, decode, len(plan.preempted),
+                       rep.kv.num_used, len(rep.scheduler.waiting))
+        return now
+
+    def _changed(self, rep: Replica, changed, now: float) -> None:
+        """Requests of ``rep`` that finished (they leave) or got their first token at ``now``
+        (on a prefill replica their KV starts moving to a decode replica)."""
+        for r in changed:
             if r.finish_s is not None:
                 self._leave(rep, r)
             elif rep.role == "prefill":
@@ -349,9 +357,6 @@ class Engine:
                 if self.faults:  # a degraded link moves the KV at 1/factor of the bandwidth
                     seconds *= self.faults.factors(rep.idx, now)[1]
                 self.env.process(self._transfer(r, seconds))
-        self.steps.add(rep.idx, start, st, len(shape.new_tokens), prefill, decode, len(plan.preempted),
-                       rep.kv.num_used, len(rep.scheduler.waiting))
-        return now
 
     def _commit(self, plan, now: float, rep: Replica) -> BatchShape:
         """Commit ``plan`` of ``rep`` at ``now`` (``lifecycle.commit``) and abort what it dropped;
@@ -614,9 +619,9 @@ class Engine:
         end. No fast paths. The group sleeps when no rank has work."""
         from sim.cost.expert_parallel import dp_step
 
-        env, by_id, par = self.env, self.by_id, self.cfg.parallelism
+        env, by_id = self.env, self.by_id
         cost = ranks[0].cost
-        idle = BatchShape((), (), 0, 0, par.tp, par.pp)  # a rank with nothing to do (a dummy batch)
+        idle = BatchShape((), (), 0, 0, ranks[0].tp, ranks[0].pp)  # a rank with nothing to do (a dummy batch)
         idle_plans = 0
         while True:
             now = env.now
@@ -651,8 +656,8 @@ class Engine:
                                 for r, reason in rep.scheduler.drop_stuck():
                                     self._reject(r, reason)
                     continue
-                if self.arrivals_done:  # (no faults or disaggregation: nothing can reach it any more)
-                    return
+                if self.arrivals_done and not (self.disagg and any(self.disagg.upstream_busy(r) for r in ranks)):
+                    return  # (no faults: nothing can reach it any more)
                 yield self._sleep(ranks, None)
                 continue
             idle_plans = 0
@@ -669,14 +674,15 @@ class Engine:
             for rep, plan, shape, own, acc in zip(ranks, plans, shapes, owns, accepted):
                 if plan is None:
                     continue
+                if self.plans is not None:
+                    self.plans.append((rep.idx, now, tuple(plan.num_new_tokens), shape))
                 # the rank's own components; the group's routed experts, the exchange and the wait
                 # for the slowest rank are the rest of the step (booked as gemm: mostly experts)
                 st = StepTime(total, own.gemm + (total - own.total), own.attn_prefill, own.attn_decode, own.comm,
                               own.other_gpu, own.cpu, own.swap, own.source, own.out_of_range)
                 prefill, decode, changed = lifecycle.complete_step(plan, by_id, now, end, self.itl, acc)
-                for r in changed:
-                    if r.finish_s is not None:
-                        self._leave(rep, r)
+                if changed:
+                    self._changed(rep, changed, end)
                 self.steps.add(rep.idx, now, st, len(shape.new_tokens), prefill, decode, len(plan.preempted),
                                rep.kv.num_used, len(rep.scheduler.waiting))
 
@@ -694,13 +700,14 @@ class Engine:
         """Start the processes (arrivals or clients, the replicas, faults and autoscaling), run
         simpy's loop until nothing is left to happen, and gather the output."""
         self.env.process(self.clients.run() if self.clients else self._arrivals())
-        if self.dp > 1:  # one process per expert group, stepping its ranks together
-            for g in range(0, len(self.replicas), self.dp):
-                self.env.process(self._group(self.replicas[g:g + self.dp]))
-        else:
-            for rep in self.replicas:
-                if rep.idx in self.own:
-                    rep.proc = self.env.process(self._replica(rep))
+        i = 0
+        while i < len(self.replicas):  # pool by pool: one process per replica, or per expert group
+            dp = self.replicas[i].pool.dp
+            if dp > 1:  # stepping its ranks together
+                self.env.process(self._group(self.replicas[i:i + dp]))
+            elif i in self.own:
+                self.replicas[i].proc = self.env.process(self._replica(self.replicas[i]))
+            i += dp
         self.dynamics.start()
         self.env.run()
         end = self.env.now if self.end_s is None else self.end_s  # timers past the last request do not count
@@ -735,7 +742,7 @@ def output(eng: Engine, end: float) -> SimOutput:
     cfg, cost = eng.cfg, eng.cost
     return SimOutput(
         config=cfg, requests=eng.requests, steps=eng.steps, itl=eng.itl, memory=eng.mem.as_dict(),
-        num_gpus=sum(p.replicas * p.gpus_per_replica for p in eng.pools) * eng.dp, simulated_s=end,
+        num_gpus=sum(p.replicas * p.gpus_per_replica for p in eng.pools), simulated_s=end,
         workload_info=dict(eng.workload.info), cost_source=cost.source,
         cost_params={"source": cost.params_source, **cost.p.as_dict()},
         out_of_range=sum(c.out_of_range_total() for _, _, c in eng.parts.values()),

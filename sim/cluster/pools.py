@@ -10,12 +10,16 @@ forms to the same list, and the shorthand's pools share the top-level config its
 written either way gives the same results.
 
 Replicas are numbered pool by pool in list order (a fault's ``replica`` counts across pools);
-replicas an autoscaler adds later take the next free numbers.
+replicas an autoscaler adds later take the next free numbers. A pool with attention data
+parallelism (``parallelism.dp`` > 1) is as the top-level ``parallelism.dp``: each of its replicas
+is an expert group of dp ranks, each rank an engine replica of its own (scheduler, KV pool, a
+number), stepping together with the group's other ranks (the engine's ``_group``); the router and
+the KV hand-off see ranks.
 
 The KV transfer from a prefill to a decode replica (``transfer_bytes_per_s``) runs at the slower
 end's link: each end moves the request's KV over its ``kv_link_gbps`` (default: the card's host
-link per direction times the replica's GPUs, every GPU sending or receiving its shard in
-parallel), and ``cluster.kv_transfer_gbps`` overrides both ends. Whether two replicas share an
+link per direction times the GPUs of one rank, ``gpus_per_rank``: a replica's without
+attention DP, every GPU sending or receiving its shard in parallel), and ``cluster.kv_transfer_gbps`` overrides both ends. Whether two replicas share an
 NVLink domain is not knowable from the config, so none is assumed: set ``kv_transfer_gbps`` for
 a transfer within a node. A change of layout (the two ends' TPs differ) is priced as free: the
 bytes moved are the request's KV either way (each KV head is sent once, to the decode rank that
@@ -45,15 +49,28 @@ class PoolSpec:
     kv_link_gbps: float | None = None
     autoscale: object = None  # PoolAutoscale, or None
     index: int = 0  # position in cluster.pools (error messages)
+    ep: int = 1  # expert-parallel degree over a replica's tp x dp GPUs
+    dp: int = 1  # attention data-parallel ranks of a replica (an expert group: the engine's ``_group``)
+
+    @property
+    def gpus_per_rank(self) -> int:
+        """GPUs of one attention rank: those that hold a request's KV cache."""
+        return self.tp * self.pp
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tp * self.pp
+        """GPUs of one replica (an expert group of ``dp`` ranks)."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def ranks(self) -> int:
+        """The engine's replicas (schedulers with their KV pools) this pool holds: ``dp`` per replica."""
+        return self.replicas * self.dp
 
     @property
     def key(self) -> tuple:
         """Pools with the same key share one cost model and one memory plan."""
-        return (self.hardware, self.dtype, self.tp, self.pp)
+        return (self.hardware, self.dtype, self.tp, self.pp, self.ep, self.dp)
 
     @property
     def serves_arrivals(self) -> bool:
@@ -67,22 +84,33 @@ def fleet(cfg) -> list[PoolSpec]:
     par = cfg.parallelism
     if not c.pools:
         if c.prefill_replicas:
-            return [PoolSpec("prefill", "prefill", cfg.hardware, cfg.dtype, par.tp, par.pp, c.prefill_replicas, cfg),
+            return [PoolSpec("prefill", "prefill", cfg.hardware, cfg.dtype, par.tp, par.pp, c.prefill_replicas, cfg,
+                             ep=par.ep, dp=par.dp),
                     PoolSpec("decode", "decode", cfg.hardware, cfg.dtype, par.tp, par.pp,
-                             c.replicas - c.prefill_replicas, cfg, index=1)]
-        return [PoolSpec("default", "both", cfg.hardware, cfg.dtype, par.tp, par.pp, c.replicas, cfg)]
+                             c.replicas - c.prefill_replicas, cfg, index=1, ep=par.ep, dp=par.dp)]
+        return [PoolSpec("default", "both", cfg.hardware, cfg.dtype, par.tp, par.pp, c.replicas, cfg,
+                         ep=par.ep, dp=par.dp)]
     from sim.config import Parallelism
 
     out = []
     for i, p in enumerate(c.pools):
-        pp_ = p.parallelism or par
+        tp, pp, ep, dp = pool_parallelism(cfg, p)
         dtype = p.dtype or cfg.dtype
         pcfg = cfg.model_copy(update={"hardware": p.hardware, "dtype": dtype,
-                                      "parallelism": Parallelism(tp=pp_.tp, pp=pp_.pp, ep=par.ep, dp=par.dp)})
-        out.append(PoolSpec(p.name, p.role, p.hardware, dtype, pp_.tp, pp_.pp, p.replicas, pcfg, p.price,
+                                      "parallelism": Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)})
+        out.append(PoolSpec(p.name, p.role, p.hardware, dtype, tp, pp, p.replicas, pcfg, p.price,
                             p.kv_link_gbps, p.autoscale if p.autoscale is not None and p.autoscale.enabled else None,
-                            i))
+                            i, ep, dp))
     return out
+
+
+def pool_parallelism(cfg, pool) -> tuple[int, int, int, int]:
+    """(tp, pp, ep, dp) of ``pool`` (a ``cluster.pools`` entry): its own ``parallelism``, each of
+    ep and dp it leaves out (and all four without one) the top-level ``parallelism``'s."""
+    par, own = cfg.parallelism, pool.parallelism
+    if own is None:
+        return par.tp, par.pp, par.ep, par.dp
+    return (own.tp, own.pp, par.ep if own.ep is None else own.ep, par.dp if own.dp is None else own.dp)
 
 
 def pool_parts(pools: list[PoolSpec], model, explicit: bool) -> dict:
@@ -109,12 +137,12 @@ def pool_parts(pools: list[PoolSpec], model, explicit: bool) -> dict:
 
 
 def link_bytes_per_s(cfg, pool: PoolSpec, hw) -> float:
-    """Bytes/s one replica of ``pool`` sends or receives KV at."""
+    """Bytes/s one replica (one attention rank) of ``pool`` sends or receives KV at."""
     if cfg.cluster.kv_transfer_gbps:
         return cfg.cluster.kv_transfer_gbps * 1e9
     if pool.kv_link_gbps:
         return pool.kv_link_gbps * 1e9
-    return hw.host_bw * pool.gpus_per_replica
+    return hw.host_bw * pool.gpus_per_rank
 
 
 def price_of_pool(cfg, pool: PoolSpec) -> tuple[float | None, str]:

@@ -24,6 +24,13 @@ matched) and the framework's scheduler and KV settings (``server``: TRT-LLM's fp
 run an fp8 KV cache, as its ``auto`` KV dtype follows the ModelOpt checkpoint); ``tp_size`` ->
 ``parallelism.tp``; ``max_num_seqs`` at least the concurrency. Rows that cannot be replayed are
 counted by reason.
+
+Disaggregated rows (``mode`` disagg, ``select_disagg``): each side's workers and placement
+(``disagg_placement``) become a prefill pool and a decode pool (``disagg_pools``) on the row's
+GPU, with the KV link of the cards; the same client, the framework's default settings (the
+InferenceMAX launch scripts are single-node aggregated ones: ``launch_script`` returns None) and
+the closed loop at the row's concurrency; the client's first token streams from the decode
+worker (``disagg_run``). Rows whose worker counts the csv does not record are counted apart.
 """
 from __future__ import annotations
 
@@ -86,12 +93,9 @@ def catalog_model(model_path: str) -> str | None:
 HARDWARE = {v: k for k, v in kd.SYSTEMS.items()}
 
 
-def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: str = "agg",
-           limit: int | None = None) -> tuple[pd.DataFrame, Counter]:
-    """The rows to replay (with ``model``, ``hardware``, ``dtype``, ``concurrency`` columns added)
-    and the skipped ones counted by reason. Filters take catalog ids or the csv's own names."""
-    df = df[df["mode"] == mode]
-    skipped: Counter = Counter()
+def _identified(df: pd.DataFrame, models, systems, backends) -> pd.DataFrame:
+    """``df`` with its catalog ``model`` and ``hardware`` columns, filtered (catalog ids or the
+    csv's own names)."""
     ids = df["model_path"].map(lambda p: catalog_model(str(p)))
     # InferenceMAX's DeepSeek-R1 runs (model prefix dsr1) that the database dump labels DeepSeek-V3
     ids = ids.where(~(df["id"].astype(str).str.startswith("dsr1_") & df["silicon_data_source"].astype(str)
@@ -104,6 +108,34 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
         df = df[df["backend"].isin(backends)]
     if models:
         df = df[df["model"].isin(models) | df["model_path"].isin(models)]
+    return df
+
+
+def _dtypes(df: pd.DataFrame) -> pd.Series:
+    """The weight dtype each row runs (``PRECISION``, ``FP4_CHECKPOINT``)."""
+    prec = df["precision"].where(df["precision"].notna(), "bf16")
+    native = df["model"].map(FP4_CHECKPOINT)
+    return prec.replace(PRECISION).where(~((prec == "fp4") & native.notna()), native).astype(str)
+
+
+def _uncatalogued(r) -> str | None:
+    """The skip reason of a row whose model or system the catalog lacks, else None."""
+    if not isinstance(r["model"], str):  # None, or NaN once pandas has seen no id at all
+        return f"model not in the catalog ({r['model_path']})"
+    if r["hardware"] is None or (isinstance(r["hardware"], float) and math.isnan(r["hardware"])):
+        return f"system not in the catalog ({r['system']})"
+    return None
+
+
+def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: str = "agg",
+           limit: int | None = None) -> tuple[pd.DataFrame, Counter]:
+    """The rows to replay (with ``model``, ``hardware``, ``dtype``, ``concurrency`` columns added)
+    and the skipped ones counted by reason. Filters take catalog ids or the csv's own names.
+    ``mode`` ``disagg``: the disaggregated rows (``select_disagg``)."""
+    if mode == "disagg":
+        return select_disagg(df, models=models, systems=systems, backends=backends, limit=limit)
+    df = _identified(df[df["mode"] == mode], models, systems, backends)
+    skipped: Counter = Counter()
     places = [placement(r) for _, r in df.iterrows()]
     df = df.assign(concurrency=[concurrency(r) for _, r in df.iterrows()],
                    tp=[t for t, _, _ in places], ep=[e for _, e, _ in places], dp=[d for _, _, d in places])
@@ -112,10 +144,8 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
         skipped["duplicate of another row's measurement (same configuration, same measured TTFT and TPOT)"] += dups
     keep = []
     for i, r in df.iterrows():
-        if not isinstance(r["model"], str):  # None, or NaN once pandas has seen no id at all
-            skipped[f"model not in the catalog ({r['model_path']})"] += 1
-        elif r["hardware"] is None or (isinstance(r["hardware"], float) and math.isnan(r["hardware"])):
-            skipped[f"system not in the catalog ({r['system']})"] += 1
+        if _uncatalogued(r):
+            skipped[_uncatalogued(r)] += 1
         elif not attention_dp(r) and _recorded_concurrency(r) not in (None, r["batch_size"]):
             skipped["batch size differs from the recorded concurrency (silicon_concurrency)"] += 1
         elif (r.get("pp_size") or 1) != 1:
@@ -125,13 +155,117 @@ def select(df: pd.DataFrame, *, models=None, systems=None, backends=None, mode: 
         else:
             keep.append(i)
     df = df.loc[keep]
-    prec = df["precision"].where(df["precision"].notna(), "bf16")
-    native = df["model"].map(FP4_CHECKPOINT)
-    prec = prec.replace(PRECISION).where(~((prec == "fp4") & native.notna()), native)
-    df = df.assign(dtype=prec.astype(str), speculative=[mtp_run(r) for _, r in df.iterrows()])
+    df = df.assign(dtype=_dtypes(df), speculative=[mtp_run(r) for _, r in df.iterrows()])
     if limit is not None:
         df = df.head(limit)
     return df.reset_index(drop=True), skipped
+
+
+# ------------------------------------------------------------------ disaggregated rows
+
+SIDES = ("prefill", "decode")
+DISAGG_MEASUREMENT = ("measured_model", "system", "backend", "precision", "isl", "osl", "concurrency",
+                      "silicon_ttft_ms", "silicon_tpot_ms")
+"""What identifies one disaggregated measurement: the csv holds many twice, InferenceMAX's result files
+(``2026-03-25.csv``, ``2026-04-06.csv``, without worker counts) and the database dump (with them) recording
+the same run with the same measured TTFT and TPOT."""
+
+
+def disagg_placement(r, side: str) -> tuple[int, int, int, int] | None:
+    """(workers, attention tp, ep, attention-DP ranks) of one side (``prefill`` or ``decode``) of
+    a disaggregated row, None when the csv does not record its worker count.
+
+    The disaggregated rows that record workers (the database dump and aiconfigurator's gap
+    analysis) record per worker ``{side}_tp_size`` = the attention TP of one rank,
+    ``{side}_attention_dp_size`` = its ranks, ``{side}_moe_ep_size`` = the experts' EP over the
+    worker's tp x dp GPUs (``{side}_moe_tp_size`` x ``{side}_moe_ep_size`` = those GPUs on every such
+    MoE row; 0 or empty for dense models): the meaning of ``parallelism`` tp, dp and ep."""
+    workers = _num(r, f"{side}_num_workers", 0)
+    if workers < 1:
+        return None
+    return workers, _num(r, f"{side}_tp_size"), _num(r, f"{side}_moe_ep_size"), _num(r, f"{side}_attention_dp_size")
+
+
+def disagg_concurrency(r) -> int | None:
+    """The benchmark's concurrent clients: ``silicon_concurrency``; where the provenance records
+    none (three of aiconfigurator's gap-analysis rows), ``decode_batch_size`` x decode workers x
+    decode attention-DP ranks, the product that equals ``silicon_concurrency`` on every row that
+    records both."""
+    rec = _recorded_concurrency(r)
+    if rec is not None:
+        return rec
+    workers = _num(r, "decode_num_workers", 0)
+    batch = _num(r, "decode_batch_size", 0)
+    return batch * workers * _num(r, "decode_attention_dp_size") if workers and batch else None
+
+
+def _moe_split_problem(r, side: str) -> bool:
+    """Whether a side's moe_tp x moe_ep differs from its worker's tp x attention-DP GPUs (asked of
+    MoE models only: a dense model's rows carry 1 x 1 or 0 x 0 whatever its TP)."""
+    mtp, mep = r.get(f"{side}_moe_tp_size"), r.get(f"{side}_moe_ep_size")
+    if mtp is None or mep is None or (isinstance(mtp, float) and math.isnan(mtp)) or not mtp or not mep:
+        return False
+    return int(mtp) * int(mep) != _num(r, f"{side}_tp_size") * _num(r, f"{side}_attention_dp_size")
+
+
+def select_disagg(df: pd.DataFrame, *, models=None, systems=None, backends=None,
+                  limit: int | None = None) -> tuple[pd.DataFrame, Counter]:
+    """The disaggregated rows to replay, each measurement once (a copy that records worker counts
+    kept over one that does not), with ``model``, ``hardware``, ``dtype``, ``concurrency`` and per
+    side ``{p,d}_{workers,tp,ep,dp}`` columns (``tp``, ``ep``, ``dp``: the decode side's, for the
+    report's layout label), and the skipped ones counted by reason."""
+    df = _identified(df[df["mode"] == "disagg"], models, systems, backends)
+    skipped: Counter = Counter()
+    df = df.assign(concurrency=[disagg_concurrency(r) for _, r in df.iterrows()],
+                   _workers=df["prefill_num_workers"].notna() & df["decode_num_workers"].notna())
+    # a measurement's copy with worker counts first, then the csv's order
+    df = df.sort_values("_workers", ascending=False, kind="stable")
+    df = df.assign(measured_model=df["model"].where(df["model"].notna(), df["model_path"]),
+                   _ttft=df["silicon_ttft_ms"].round(6), _tpot=df["silicon_tpot_ms"].round(6))
+    key = [c if c not in ("silicon_ttft_ms", "silicon_tpot_ms") else {"silicon_ttft_ms": "_ttft",
+                                                                     "silicon_tpot_ms": "_tpot"}[c]
+           for c in DISAGG_MEASUREMENT]
+    dup = df.duplicated(key, keep="first")
+    if dup.any():
+        skipped["duplicate of another row's measurement (same configuration, same measured TTFT and TPOT)"] += int(dup.sum())
+    df = df[~dup].sort_index().drop(columns=["measured_model", "_ttft", "_tpot", "_workers"])
+    keep, cols = [], {k: [] for k in ("p_workers", "p_tp", "p_ep", "p_dp", "d_workers", "d_tp", "d_ep", "d_dp")}
+    for i, r in df.iterrows():
+        places = [disagg_placement(r, side) for side in SIDES]
+        if _uncatalogued(r):
+            skipped[_uncatalogued(r)] += 1
+        elif None in places:
+            skipped["worker counts not recorded (InferenceMAX's result files record each pool's parallelism, "
+                    "not how many prefill and decode workers ran)"] += 1
+        elif any((_num(r, f"{side}_pp_size")) != 1 for side in SIDES):
+            skipped["pipeline parallelism"] += 1
+        elif _is_moe(r["model"]) and any(_moe_split_problem(r, side) for side in SIDES):
+            skipped["MoE split (moe_tp x moe_ep) differs from a worker's GPUs (tp x attention DP)"] += 1
+        elif r["concurrency"] is None or (isinstance(r["concurrency"], float) and math.isnan(r["concurrency"])):
+            skipped["no recorded concurrency"] += 1
+        else:
+            keep.append(i)
+            for tag, (w, tp, ep, dp) in zip("pd", places):
+                for k, v in (("workers", w), ("tp", tp), ("ep", ep), ("dp", dp)):
+                    cols[f"{tag}_{k}"].append(v)
+    df = df.loc[keep].assign(**cols)
+    df = df.assign(concurrency=df["concurrency"].astype(int), tp=df["d_tp"], ep=df["d_ep"], dp=df["d_dp"],
+                   dtype=_dtypes(df), speculative="")
+    if limit is not None:
+        df = df.head(limit)
+    return df.reset_index(drop=True), skipped
+
+
+def disagg_pools(r) -> list[dict]:
+    """The ``cluster.pools`` of a disaggregated row: a prefill pool of ``prefill_num_workers``
+    replicas and a decode pool of ``decode_num_workers``, each with its side's tp, ep and dp, on
+    the row's GPU; the KV link the cards' (``sim.cluster.pools.link_bytes_per_s``)."""
+    def one(tag, side):
+        par = {"tp": int(r[f"{tag}_tp"]), "ep": int(r[f"{tag}_ep"]), "dp": int(r[f"{tag}_dp"])}
+        return {"name": side, "hardware": r["hardware"], "role": side, "replicas": int(r[f"{tag}_workers"]),
+                "parallelism": par}
+
+    return [one("p", "prefill"), one("d", "decode")]
 
 
 MEASUREMENT = ("measured_model", "system", "backend", "precision", "mode", "isl", "osl", "concurrency", "tp", "ep", "dp", "pp_size",
@@ -418,6 +552,8 @@ def client_for(row, name: str = "auto") -> Client:
 def launch_script(row, client: Client) -> str | None:
     """The InferenceMAX launch-script family whose server settings a row gets (``LAUNCH_SCRIPTS``),
     None for rows of other provenance or models whose scripts the replay does not reproduce."""
+    if row.get("mode") == "disagg":  # multi-node recipes whose settings were not read: framework defaults
+        return None
     return LAUNCH_SCRIPTS.get(row["model"]) if client.name == "bench-serving" else None
 
 
@@ -559,10 +695,12 @@ def row_config(r, cost_model: str, client: Client | None = None, think_s: float 
     c = int(r["concurrency"])
     client = client or CLIENTS["steady"]
     srv = server(r, client)
+    disagg = r.get("mode") == "disagg"
     return {
         "model": r["model"], "hardware": r["hardware"], "dtype": r["dtype"],
-        "parallelism": {"tp": int(r["tp"]), **({"ep": int(r["ep"])} if int(r.get("ep", 1) or 1) > 1 else {}),
-                        **({"dp": int(r["dp"])} if int(r.get("dp", 1) or 1) > 1 else {})},
+        **({"cluster": {"pools": disagg_pools(r), "router": "least_loaded"}} if disagg else {
+            "parallelism": {"tp": int(r["tp"]), **({"ep": int(r["ep"])} if int(r.get("ep", 1) or 1) > 1 else {}),
+                            **({"dp": int(r["dp"])} if int(r.get("dp", 1) or 1) > 1 else {})}}),
         "scheduler": {"max_num_seqs": max(256, c), **srv["scheduler"]},
         **({"speculative": {"method": "mtp", "num_speculative_tokens": MTP_TOKENS[int(r.get("dp", 1) or 1) > 1]}}
            if r.get("speculative") == "mtp" else {}),
@@ -651,10 +789,13 @@ def replay(task: tuple) -> dict:
         ramp = _ramp(cfg) if ramp_kind == "request" else 0.0
         cfg = load_config(cfg, [f"workload.num_requests={rounds * c}",
                                 f"workload.closed_loop.ramp_up_s={ramp}"])
-        res = simulate(cfg, plots=False, progress=False)
+        if row.get("mode") == "disagg":
+            req, source = disagg_run(cfg)
+        else:
+            res = simulate(cfg, plots=False, progress=False)
+            req, source = res.requests, res.summary["sim"]["cost_model"]
     except (ServesimError, ValueError) as e:
         return {"error": str(e).splitlines()[0][:200]}
-    req = res.requests
     req = req[req["status"] == "finished"]
     if not len(req):
         return {"error": "no request finished (rejected: does the context fit?)"}
@@ -666,7 +807,44 @@ def replay(task: tuple) -> dict:
     ok = np.isfinite(tpot)
     return {"ttft_ms": 1e3 * (blend(ttft, ids, c, rounds, client) + think_s),
             "tpot_ms": 1e3 * blend(tpot[ok], ids[ok], c, rounds, client),
-            "client": client.name, "cost_source": res.summary["sim"]["cost_model"]}
+            "client": client.name, "cost_source": source}
+
+
+STREAMED_FROM_DECODE = ("NVIDIA Dynamo docs, Disaggregated Serving (docs.nvidia.com/dynamo, user guide): Dynamo "
+                        "routes each request through prefill first, transfers the KV cache to the decode worker, "
+                        "then streams the response from the decode worker")
+"""Where a disaggregated replay's client-side first token comes from (``disagg_run``)."""
+
+
+def disagg_run(cfg) -> tuple[pd.DataFrame, str]:
+    """Simulate a disaggregated row's fleet; the request rows with TTFT and TPOT as the benchmark
+    client sees them when the response streams from the decode worker (``STREAMED_FROM_DECODE``):
+    the first token reaches the client at the end of the request's first step on its decode
+    replica (after the prefill, the KV transfer and the wait for that step), TPOT = (E2E - that
+    TTFT) / (tokens - 1). A request that ends on its prefill replica (one output token) keeps the
+    engine's times. Also the cost source."""
+    from sim.engine import Engine
+    from sim.metrics.records import requests_frame, steps_frame
+
+    from sim.config import load_config
+
+    # each step's duration from its row (disaggregation already runs without the fast paths)
+    eng = Engine(load_config(cfg, ["output.step_records=true"]), record_plans=True)
+    out = eng.run()
+    req, steps = requests_frame(out), steps_frame(out)
+    if len(steps) != len(eng.plans):
+        raise ValueError(f"disagg_run: {len(steps)} step rows for {len(eng.plans)} plans")
+    decode = {rep.idx for rep in eng.replicas if rep.role == "decode"}
+    first_end: dict[int, float] = {}
+    for (idx, start, ids, _), dur in zip(eng.plans, steps["duration_s"].to_numpy()):
+        if idx in decode:
+            for rid in ids:
+                first_end.setdefault(rid, start + float(dur))
+    seen = req["request_id"].map(first_end)
+    ttft = (seen - req["arrival_s"]).where(seen.notna(), req["ttft_s"])
+    n = req["generated_tokens"].astype(float)
+    tpot = ((req["e2e_s"] - ttft) / (n - 1)).where(n > 1)
+    return req.assign(ttft_s=ttft, tpot_s=tpot), out.cost_source
 
 
 def implied_waiting(ttft_ms, e2e_ms, clients: int) -> tuple[float, float]:
@@ -740,6 +918,56 @@ def score(pred: pd.DataFrame, models: list[str]) -> dict:
         out[cm] = {"overall": stats(d) if len(d) else {"rows": 0}, "groups": groups, "models": models,
                    "by_model": by_model}
     return out
+
+
+def score_disagg(pred: pd.DataFrame, models: list[str]) -> dict:
+    """The disaggregated rows' median and p90 APE of TTFT and TPOT, overall and by (backend,
+    system), and whether the medians meet the targets (TPOT <= 12%, TTFT <= 20%)."""
+    out: dict = {}
+    for cm in models:
+        d = pred[pred[f"{cm}_tpot_ms"].notna()]
+        d = d.assign(ttft_ape=ape(d[f"{cm}_ttft_ms"], d["silicon_ttft_ms"]),
+                     tpot_ape=ape(d[f"{cm}_tpot_ms"], d["silicon_tpot_ms"]),
+                     tpot_ratio=d[f"{cm}_tpot_ms"] / d["silicon_tpot_ms"],
+                     ttft_ratio=d[f"{cm}_ttft_ms"] / d["silicon_ttft_ms"])
+
+        def stats(g):
+            return {"rows": int(len(g)),
+                    "ttft_ape_median": float(g["ttft_ape"].median()), "ttft_ape_p90": float(g["ttft_ape"].quantile(0.9)),
+                    "tpot_ape_median": float(g["tpot_ape"].median()), "tpot_ape_p90": float(g["tpot_ape"].quantile(0.9)),
+                    "ttft_ratio_median": float(g["ttft_ratio"].median()),
+                    "tpot_ratio_median": float(g["tpot_ratio"].median())}
+
+        overall = stats(d) if len(d) else {"rows": 0}
+        if len(d):
+            overall["meets_targets"] = {"tpot": overall["tpot_ape_median"] <= 0.12,
+                                        "ttft": overall["ttft_ape_median"] <= 0.20}
+        out[cm] = {"overall": overall,
+                   "groups": [{"backend": b, "system": s, **stats(g)}
+                              for (b, s), g in d.groupby(["backend", "system"], sort=True)],
+                   "models": {m: stats(g) for m, g in d.groupby("model", sort=True)}}
+    return out
+
+
+def print_disagg(scores: dict) -> None:
+    for cm, sc in scores.items():
+        print(f"\n{cm}, disaggregated rows: APE of the mean TTFT and TPOT per row (median / p90)")
+        print(f"{'backend':<8}{'system':<10}{'rows':>6}{'TTFT med':>10}{'p90':>8}{'TPOT med':>10}{'p90':>8}")
+        for g in sc["groups"]:
+            print(f"{g['backend']:<8}{g['system']:<10}{g['rows']:>6}"
+                  f"{100 * g['ttft_ape_median']:>9.1f}%{100 * g['ttft_ape_p90']:>7.1f}%"
+                  f"{100 * g['tpot_ape_median']:>9.1f}%{100 * g['tpot_ape_p90']:>7.1f}%")
+        for m, g in sc["models"].items():
+            print(f"{m:<18}{g['rows']:>6}{100 * g['ttft_ape_median']:>9.1f}%{100 * g['ttft_ape_p90']:>7.1f}%"
+                  f"{100 * g['tpot_ape_median']:>9.1f}%{100 * g['tpot_ape_p90']:>7.1f}%")
+        o = sc["overall"]
+        if o.get("rows"):
+            t = o["meets_targets"]
+            print(f"{'all':<18}{o['rows']:>6}{100 * o['ttft_ape_median']:>9.1f}%{100 * o['ttft_ape_p90']:>7.1f}%"
+                  f"{100 * o['tpot_ape_median']:>9.1f}%{100 * o['tpot_ape_p90']:>7.1f}%"
+                  f"   (predicted/measured medians: TTFT {o['ttft_ratio_median']:.2f}, TPOT {o['tpot_ratio_median']:.2f})")
+            print(f"targets (medians): TPOT <= 12% {'met' if t['tpot'] else 'NOT met'}, "
+                  f"TTFT <= 20% {'met' if t['ttft'] else 'NOT met'}")
 
 
 def print_table(scores: dict, rows: str = "", overall_only: bool = False) -> None:

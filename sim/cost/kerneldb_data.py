@@ -44,7 +44,7 @@ PACKAGE = "aiconfigurator_core"
 DIST = "aiconfigurator-core"
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm", "b200": "b200_sxm",
-           "b300": "b300_sxm", "gb200": "gb200",
+           "b300": "b300_sxm", "gb200": "gb200", "gb300": "gb300",
            "l40s": "l40s"}
 """Catalog hardware id -> the database's system folder (same GPU, SXM form factor)."""
 GEMM_DTYPE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block",

@@ -399,9 +399,9 @@ def frontend_block(fe, src) -> dict:
 
 def pools_block(out, src, makespan: float) -> dict:
     """summary.json's ``pools`` block (``cluster.pools``): per pool its layout, replicas and GPUs,
-    busy share (step time over the replica-time paid for), requests served (a prefill pool: the
-    requests it prefilled, handed off or finished there; the others: the requests that finished
-    on it), GPU-hours and dollars (a fixed pool paid over the makespan, an autoscaled one while
+    busy share (step time over the replica-time paid for; with attention DP each rank counts as
+    a replica), requests served (a prefill pool: the requests it prefilled, handed off or finished
+    there; the others: the requests that finished on it), GPU-hours and dollars (a fixed pool paid over the makespan, an autoscaled one while
     each replica is provisioned)."""
     from sim.cluster.pools import price_of_pool
 
@@ -417,11 +417,12 @@ def pools_block(out, src, makespan: float) -> dict:
     block = {}
     for name, p in out.pools.items():
         spec, fleet = p["spec"], p["fleet"]
-        gpus = spec.replicas * spec.gpus_per_replica * cfg.parallelism.dp
+        gpus = spec.replicas * spec.gpus_per_replica
         hours = gpus * makespan / 3600.0 if fleet is None else fleet.gpu_hours(out.simulated_s)
-        replica_s = hours * 3600.0 / (spec.gpus_per_replica * cfg.parallelism.dp)
+        replica_s = hours * 3600.0 / spec.gpus_per_rank  # (rank-seconds: each attention rank logs its steps)
         price, src_line = price_of_pool(cfg, spec)
         b = {"role": spec.role, "hardware": spec.hardware, "dtype": spec.dtype, "tp": spec.tp, "pp": spec.pp,
+             **{k: v for k, v in (("ep", spec.ep), ("dp", spec.dp)) if v > 1},
              "replicas": spec.replicas, "gpus": gpus, "kv_blocks_per_replica": p["kv_blocks_per_replica"],
              "busy_share": p["busy_ns"] / 1e9 / replica_s if replica_s > 0 else None,
              "requests_served": finished[name] + p["handed_off"],
