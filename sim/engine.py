@@ -482,6 +482,8 @@ class Engine:
         ahead = 2 * len(self.replicas)  # specs read ahead, so a replica can know its next arrival
         up = self.upcoming
         turn_of = self._read_ahead()
+        # a shard skips the wait for another shard's arrival: admitting it only counts it
+        foreign = self._foreign_head if turn_of is not None and self.shard[1] > 1 else None
         while True:
             while len(up) < ahead:
                 spec = next(it, None)
@@ -493,8 +495,8 @@ class Engine:
             if not up:
                 break
             spec = up[0]
-            if spec.arrival_s > env.now:  # at its exact time, before any step that ends then
-                yield _At(env, spec.arrival_s, simpy.core.URGENT)
+            if spec.arrival_s > env.now and not (foreign is not None and foreign()):  # at its exact time,
+                yield _At(env, spec.arrival_s, simpy.core.URGENT)  # before any step that ends then
             up.popleft()
             self.admit(spec, None if turn_of is None else turn_of(None))
         self._arrivals_finished()
@@ -510,7 +512,7 @@ class Engine:
         ctx = self.model.max_context
         turns = self.route.turns(self.route_state, len(self.entry_pool))  # the picks of every routed request, in order
         self.ahead = per_rep = [deque() for _ in self.replicas]
-        filed: deque = deque()  # the replica of each spec in ``upcoming`` (None: rejected before routing)
+        self._filed = filed = deque()  # the replica of each spec in ``upcoming`` (None: rejected before routing)
 
         def turn_of(spec) -> int | None:
             if spec is None:  # the oldest spec read is admitted: its turn
@@ -526,6 +528,13 @@ class Engine:
                 per_rep[i].append(spec.arrival_s)
 
         return turn_of
+
+    def _foreign_head(self) -> bool:
+        """Whether the oldest spec read ahead is another shard's (``admit`` only counts it):
+        routed to a replica this process does not simulate, or rejected before routing outside
+        shard 0."""
+        i = self._filed[0]
+        return bool(self.shard[0]) if i is None else self.entry_pool[i].idx not in self.own
 
     def _arrivals_finished(self):
         """No request will arrive any more (or, after that, the last open request ended): note
