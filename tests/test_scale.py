@@ -86,10 +86,15 @@ def test_request_rows_are_in_arrival_order_with_every_request():
     assert sorted(req["request_id"]) == list(range(120))
 
 
-def test_workers_give_identical_results():
-    cfg = tiny_config(cluster={"replicas": 3}, workload=uniform_workload(40.0, 300, 400, 60), kv={"num_gpu_blocks": 300})
+@pytest.mark.parametrize("pmax, workers", [(400, 2), (9000, 2), (9000, 3)])
+def test_workers_give_identical_results(pmax, workers):
+    """The same rows and summary with the replicas shared over processes; ``pmax`` 9000: some
+    prompts exceed the tiny model's context and are rejected before routing (shard 0 keeps them;
+    the other shards skip their arrival times, as they skip other shards' arrivals)."""
+    cfg = tiny_config(cluster={"replicas": 3}, workload=uniform_workload(40.0, 300, pmax, 60), kv={"num_gpu_blocks": 300})
     one = simulate(cfg)
-    two = simulate({**cfg, "engine": {"workers": 2}})
+    assert (one.summary["requests"]["rejected"] > 0) == (pmax > 400)
+    two = simulate({**cfg, "engine": {"workers": workers}})
     pd.testing.assert_frame_equal(one.requests, two.requests)
     pd.testing.assert_frame_equal(one.steps, two.steps)
     a, b = dict(one.summary), dict(two.summary)
