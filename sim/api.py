@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -146,9 +147,14 @@ def stream_note(cfg: Config) -> str:
 def write_results(res: Results, out: Path, *, plots: bool = True) -> None:
     out.mkdir(parents=True, exist_ok=True)
     streamed = res.config.output.stream
+    plots = plots and not streamed
+    # matplotlib is imported on another thread while the Parquet files are written (pyarrow
+    # encodes them without holding the GIL): the import overlaps them on a second core
+    ready = threading.Thread(target=_import_plots, daemon=True) if plots else None
+    if ready is not None:
+        ready.start()
     if not streamed:  # a streamed run wrote its rows as it went
         res.requests.to_parquet(out / "requests.parquet", index=False)
-    plots = plots and not streamed
     if res.config.output.step_records:
         res.steps.to_parquet(out / "steps.parquet", index=False)
     auto = res.summary.get("autoscale")
@@ -158,6 +164,7 @@ def write_results(res: Results, out: Path, *, plots: bool = True) -> None:
         pd.DataFrame(auto["series"]).to_parquet(out / "fleet.parquet", index=False)
     (out / "config.yaml").write_text(yaml.safe_dump(res.config.to_dict(), sort_keys=False))
     if plots:
+        ready.join()
         from sim.metrics.plots import plot_run
 
         c = res.config
@@ -169,6 +176,17 @@ def write_results(res: Results, out: Path, *, plots: bool = True) -> None:
     (out / "summary.json").write_text(json.dumps(res.summary, indent=2, sort_keys=False) + "\n")
     _drop_stale(out, steps=res.config.output.step_records, fleet=bool(auto), plots=plots)
     res.out_dir = out
+
+
+def _import_plots() -> None:
+    """Import the figures' modules (``write_results``' thread; a failure here is raised again,
+    with its message, where the figures are drawn)."""
+    try:
+        from sim.metrics.plots import _plt
+
+        _plt()
+    except Exception:  # noqa: BLE001 - reported by the drawing thread's own import
+        pass
 
 
 def _drop_stale(out: Path, *, steps: bool, fleet: bool, plots: bool) -> None:
