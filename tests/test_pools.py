@@ -31,6 +31,15 @@ def trace(tmp_path, rows, name="t.csv"):
     return {"trace": {"path": str(path)}}
 
 
+def identical_runs(a, b):
+    """The request rows, step rows and the whole summary (but the wall time) of two runs are equal."""
+    assert a.requests.equals(b.requests) and a.steps.equals(b.steps)
+    sa, sb = dict(a.summary), dict(b.summary)
+    sa["sim"] = {k: v for k, v in sa["sim"].items() if k != "wall_s"}
+    sb["sim"] = {k: v for k, v in sb["sim"].items() if k != "wall_s"}
+    assert sa == sb
+
+
 def same_run(a, b):
     """The request rows and step rows of two runs are equal, and so is every summary figure
     (but the ``pools`` block the pooled one adds, and the price's wording)."""
@@ -113,40 +122,44 @@ def test_kv_transfer_gbps_overrides_both_ends(tmp_path):
 GPUS = ["h100-sxm", "a100-80gb", "h200-sxm"]
 a_pool = st.fixed_dictionaries({"hardware": st.sampled_from(GPUS), "tp": st.sampled_from([1, 2]),
                                 "replicas": st.integers(1, 2)})
-fleets = st.fixed_dictionaries({
-    "prefill": st.lists(a_pool, min_size=0, max_size=2),
-    "decode": st.lists(a_pool, min_size=1, max_size=2),
-    "both": st.lists(a_pool, min_size=0, max_size=1),
-    "scheduler": st.sampled_from(sorted(REGISTRY)),
-    "router": st.sampled_from(["round_robin", "least_loaded", "power_of_two"]),
-    "preemption": st.sampled_from(["recompute", "swap"]),
-    "blocks": st.integers(60, 400),
-    "rate": st.floats(1.0, 100.0),
-    "n": st.integers(1, 40),
-    "pmax": st.integers(1, 500),
-    "omax": st.integers(1, 60),
-    "seed": st.integers(0, 1000),
-})
+def fleet_strategy(a_pool):
+    """Random fleets: up to two prefill pools, one or two decode pools and up to one pool of both
+    roles (each drawn by ``a_pool``), with a scheduler, router, KV pool and workload."""
+    return st.fixed_dictionaries({
+        "prefill": st.lists(a_pool, min_size=0, max_size=2),
+        "decode": st.lists(a_pool, min_size=1, max_size=2),
+        "both": st.lists(a_pool, min_size=0, max_size=1),
+        "scheduler": st.sampled_from(sorted(REGISTRY)),
+        "router": st.sampled_from(["round_robin", "least_loaded", "power_of_two"]),
+        "preemption": st.sampled_from(["recompute", "swap"]),
+        "blocks": st.integers(60, 400),
+        "rate": st.floats(1.0, 100.0),
+        "n": st.integers(1, 40),
+        "pmax": st.integers(1, 500),
+        "omax": st.integers(1, 60),
+        "seed": st.integers(0, 1000),
+    })
 
 
-def fleet_pools(p) -> list[dict]:
-    out = []
-    for role in ("prefill", "decode", "both"):
-        for i, q in enumerate(p[role] if (role != "decode" or p["prefill"]) else []):
-            out.append(pool(f"{role}{i}", q["hardware"], role, q["replicas"], q["tp"]))
-    if not out:  # no prefill pool: the decode pools serve as both
-        out = [pool(f"both{i}", q["hardware"], "both", q["replicas"], q["tp"]) for i, q in enumerate(p["decode"])]
-    return out
+fleets = fleet_strategy(a_pool)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fleets)
-def test_conservation_on_random_heterogeneous_fleets(p):
-    """Every request is prefilled on one entry replica, decoded on one replica, its KV moved at
-    most once (exactly once when a prefill replica gave it a first token and it goes on); arrived
-    = completed + rejected; every block back; the pools block counts what happened."""
-    pools = fleet_pools(p)
-    cfg = load_config(tiny_config(
+def fleet_pools(p, make=lambda name, q, role: pool(name, q["hardware"], role, q["replicas"], q["tp"])) -> list[dict]:
+    """The ``cluster.pools`` of a drawn fleet (``make(name, drawn pool, role)`` writes one); without
+    a prefill pool the decode pools serve as both."""
+    out = [make(f"{role}{i}", q, role) for role in ("prefill", "decode", "both")
+           for i, q in enumerate(p[role] if (role != "decode" or p["prefill"]) else [])]
+    return out or [make(f"both{i}", q, "both") for i, q in enumerate(p["decode"])]
+
+
+def run_fleet(p, pools: list[dict], make_config):
+    """Run drawn fleet ``p`` with ``pools`` (``make_config``: the base config builder) and check
+    what every fleet keeps: arrived = completed + rejected, the run's invariants, each request
+    prefilled on at most one entry replica and decoded on at most one decode replica, its KV moved
+    at most once and only from the replica that prefilled it, a finished request on a replica that
+    ran it (a decode replica exactly when its KV moved), and nothing left in flight. Returns
+    (engine, output, request rows, the (request, replica) hand-offs, each replica's role)."""
+    cfg = load_config(make_config(
         seed=p["seed"], cluster={"pools": pools, "router": p["router"]}, scheduler={"name": p["scheduler"]},
         kv={"num_gpu_blocks": p["blocks"], "preemption": p["preemption"]},
         workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"])))
@@ -175,14 +188,23 @@ def test_conservation_on_random_heterogeneous_fleets(p):
         if decode:
             assert r.request_id in moved_from and moved_from[r.request_id] in entry
         if r.status == "finished":
-            fin = r.replica
-            assert fin in where
-            if r.request_id in moved_from:
-                assert role[fin] == "decode"
-            else:
-                assert role[fin] != "decode" and (role[fin] == "both" or r.generated_tokens == 1)
-    s = eng.disagg
-    assert s is None or s.in_flight == 0 and not s.heading
+            assert r.replica in where
+            assert (role[r.replica] == "decode") == (r.request_id in moved_from)
+    assert eng.disagg is None or eng.disagg.in_flight == 0 and not eng.disagg.heading
+    return eng, out, req, moved, role
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets)
+def test_conservation_on_random_heterogeneous_fleets(p):
+    """Every request is prefilled on one entry replica, decoded on one replica, its KV moved at
+    most once (exactly once when a prefill replica gave it a first token and it goes on); arrived
+    = completed + rejected; every block back; the pools block counts what happened."""
+    pools = fleet_pools(p)
+    eng, out, req, moved, role = run_fleet(p, pools, tiny_config)
+    for r in req.itertuples():
+        if r.status == "finished" and r.request_id not in dict(moved):
+            assert role[r.replica] == "both" or r.generated_tokens == 1
     from sim.metrics.summary import pools_block
     from sim.metrics.columns import FrameColumns
 
@@ -206,11 +228,7 @@ def test_fast_paths_on_equal_off_on_a_heterogeneous_fleet(seed):
         assert Engine(load_config(cfg)).fast_forward is ff  # (the fast paths do run with pools)
         runs.append(simulate(cfg))
     on, off = runs
-    assert on.requests.equals(off.requests) and on.steps.equals(off.steps)
-    a, b = dict(on.summary), dict(off.summary)
-    a["sim"] = {k: v for k, v in a["sim"].items() if k != "wall_s"}
-    b["sim"] = {k: v for k, v in b["sim"].items() if k != "wall_s"}
-    assert a == b
+    identical_runs(on, off)
     kv = on.steps.groupby("replica").kv_usage.max()
     assert set(on.steps.replica) == {0, 1, 2, 3} and (kv <= 1).all()
 

@@ -7,17 +7,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import assert_run_invariants, one_error, tiny_config, uniform_workload
+from conftest import one_error, tiny_config, uniform_workload
 from sim import simulate
 from sim.catalog import get_hardware, get_model
 from sim.config import load_config
 from sim.cost import make_cost_model
 from sim.cost.expert_parallel import dp_step_time
 from sim.engine import Engine
-from sim.metrics.records import requests_frame, steps_frame
-from sim.scheduler import REGISTRY
+from sim.metrics.records import steps_frame
 from sim.types import BatchShape
-from test_pools import same_run, trace
+from test_pools import fleet_pools, fleet_strategy, identical_runs, run_fleet, same_run, trace
 
 MOE = "qwen3-30b-a3b"
 
@@ -93,30 +92,15 @@ GPUS = ["h100-sxm", "h200-sxm"]
 LAYOUTS = [(1, 1, 1), (2, 1, 1), (2, 2, 1), (1, 2, 2), (1, 4, 4), (2, 4, 2), (1, 1, 2)]  # (tp, ep, dp)
 a_pool = st.fixed_dictionaries({"hardware": st.sampled_from(GPUS), "layout": st.sampled_from(LAYOUTS),
                                 "replicas": st.integers(1, 2)})
-fleets = st.fixed_dictionaries({
-    "prefill": st.lists(a_pool, min_size=0, max_size=2),
-    "decode": st.lists(a_pool, min_size=1, max_size=2),
-    "both": st.lists(a_pool, min_size=0, max_size=1),
-    "scheduler": st.sampled_from(sorted(REGISTRY)),
-    "router": st.sampled_from(["round_robin", "least_loaded", "power_of_two"]),
-    "preemption": st.sampled_from(["recompute", "swap"]),
-    "blocks": st.integers(60, 400),
-    "rate": st.floats(1.0, 100.0),
-    "n": st.integers(1, 40),
-    "pmax": st.integers(1, 500),
-    "omax": st.integers(1, 60),
-    "seed": st.integers(0, 1000),
-})
+fleets = fleet_strategy(a_pool)
 
 
-def fleet_pools(p) -> list[dict]:
+def ep_pools(p) -> list[dict]:
     def one(name, q, role):
         tp, ep, dp = q["layout"]
         return pool(name, q["hardware"], role, q["replicas"], tp, ep, dp)
 
-    out = [one(f"{role}{i}", q, role) for role in ("prefill", "decode", "both")
-           for i, q in enumerate(p[role] if (role != "decode" or p["prefill"]) else [])]
-    return out or [one(f"both{i}", q, "both") for i, q in enumerate(p["decode"])]
+    return fleet_pools(p, one)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -125,40 +109,9 @@ def test_conservation_on_random_fleets_with_expert_groups(p):
     """Every request prefilled on one entry rank, decoded on one rank, its KV moved at most once
     (from the rank that prefilled it); arrived = completed + rejected; every block back; ranks of
     one group step together; the pools block counts the GPUs of every group."""
-    pools = fleet_pools(p)
-    cfg = load_config(moe_config(
-        seed=p["seed"], cluster={"pools": pools, "router": p["router"]}, scheduler={"name": p["scheduler"]},
-        kv={"num_gpu_blocks": p["blocks"], "preemption": p["preemption"]},
-        workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"])))
-    eng = Engine(cfg, record_plans=True)
-    moved = []
-    if eng.disagg is not None:
-        hand_off = eng.disagg.hand_off
-        eng.disagg.hand_off = lambda rep, r: (moved.append((r.id, rep.idx)), hand_off(rep, r))[1]
-    out = eng.run()
-    assert_run_invariants(eng, out)
-    req = requests_frame(out)
-    assert len(req) == p["n"] == (req.status == "finished").sum() + (req.status == "rejected").sum()
+    pools = ep_pools(p)
+    eng, out, req, moved, role = run_fleet(p, pools, moe_config)
     assert len(eng.replicas) == sum(q["replicas"] * q["parallelism"]["dp"] for q in pools)
-    role = [rep.role for rep in eng.replicas]
-    touched: dict[int, set] = {}
-    for idx, _, ids, _ in eng.plans:
-        for rid in ids:
-            touched.setdefault(rid, set()).add(idx)
-    ids = [rid for rid, _ in moved]
-    assert len(ids) == len(set(ids))
-    moved_from = dict(moved)
-    for r in req.itertuples():
-        where = touched.get(r.request_id, set())
-        entry = {i for i in where if role[i] != "decode"}
-        decode = {i for i in where if role[i] == "decode"}
-        assert len(entry) <= 1 and len(decode) <= 1
-        if decode:
-            assert r.request_id in moved_from and moved_from[r.request_id] in entry
-        if r.status == "finished":
-            assert r.replica in where
-            assert (role[r.replica] == "decode") == (r.request_id in moved_from)
-    assert eng.disagg is None or eng.disagg.in_flight == 0 and not eng.disagg.heading
     # the ranks of one expert group step together: equal start, equal duration
     group_of, i = {}, 0
     while i < len(eng.replicas):
@@ -184,12 +137,7 @@ def test_fast_paths_on_equal_off_with_an_expert_group_pool(seed):
                          workload=uniform_workload(30.0, 120, 800, 100))
         assert Engine(load_config(cfg)).fast_forward is False
         runs.append(simulate(cfg))
-    on, off = runs
-    assert on.requests.equals(off.requests) and on.steps.equals(off.steps)
-    a, b = dict(on.summary), dict(off.summary)
-    a["sim"] = {k: v for k, v in a["sim"].items() if k != "wall_s"}
-    b["sim"] = {k: v for k, v in b["sim"].items() if k != "wall_s"}
-    assert a == b
+    identical_runs(*runs)
 
 
 # ------------------------------------------------------------------------------- bad input

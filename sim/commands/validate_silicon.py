@@ -176,9 +176,9 @@ def _errors(tasks, results) -> Counter:
     return errors
 
 
-def _report_agg(silicon, rows, skipped, models, tasks, results, args):
-    """The aggregated rows' tables (printed) and summary.json keys."""
-    errors = _errors(tasks, results)
+def _predictions(silicon, rows, models, tasks, results, args, extra) -> tuple:
+    """(the rows with each cost model's predicted TTFT and TPOT and the columns a predictions
+    file keeps, ``extra`` after the parallelism ones; those of them every cost model scored)."""
     out = rows.assign(bucket=rows["concurrency"].map(silicon.bucket),
                       client=[silicon.client_for(r, args.client).name for _, r in rows.iterrows()],
                       fitted_by=silicon.fitted_by(rows["id"]))
@@ -187,10 +187,16 @@ def _report_agg(silicon, rows, skipped, models, tasks, results, args):
         out[f"{cm}_ttft_ms"] = [r.get("ttft_ms") for r in res]
         out[f"{cm}_tpot_ms"] = [r.get("tpot_ms") for r in res]
     keep = ["id", "model_path", "model", "system", "hardware", "backend", "backend_version", "precision", "dtype",
-            "mode", "isl", "osl", "concurrency", "bucket", "tp", "ep", "dp", "speculative", "client", "fitted_by",
-            "silicon_ttft_ms", "silicon_tpot_ms"]
+            "mode", "isl", "osl", "concurrency", "bucket", "tp", "ep", "dp", *extra, "speculative", "client",
+            "fitted_by", "silicon_ttft_ms", "silicon_tpot_ms"]
     out = out[keep + [c for c in out.columns if c.startswith(tuple(models))]]
-    scored = out.dropna(subset=[f"{cm}_tpot_ms" for cm in models])
+    return out, out.dropna(subset=[f"{cm}_tpot_ms" for cm in models])
+
+
+def _report_agg(silicon, rows, skipped, models, tasks, results, args):
+    """The aggregated rows' tables (printed) and summary.json keys."""
+    errors = _errors(tasks, results)
+    out, scored = _predictions(silicon, rows, models, tasks, results, args, ())
     held = scored["fitted_by"] == ""
     scores = silicon.score(scored, models)
     held_scores, fitted_scores = silicon.score(scored[held], models), silicon.score(scored[~held], models)
@@ -231,18 +237,7 @@ def _report_disagg(silicon, rows, skipped, models, tasks, results, args):
     """The disaggregated rows' tables (printed apart from the aggregated ones) and summary.json's
     ``disagg`` block."""
     errors = _errors(tasks, results)
-    out = rows.assign(bucket=rows["concurrency"].map(silicon.bucket),
-                      client=[silicon.client_for(r, args.client).name for _, r in rows.iterrows()],
-                      fitted_by=silicon.fitted_by(rows["id"]))
-    for cm in models:
-        res = [r for task, r in zip(tasks, results) if task[1] == cm]
-        out[f"{cm}_ttft_ms"] = [r.get("ttft_ms") for r in res]
-        out[f"{cm}_tpot_ms"] = [r.get("tpot_ms") for r in res]
-    keep = ["id", "model_path", "model", "system", "hardware", "backend", "backend_version", "precision", "dtype",
-            "mode", "isl", "osl", "concurrency", "bucket", "tp", "ep", "dp", *DISAGG_KEEP, "speculative", "client",
-            "fitted_by", "silicon_ttft_ms", "silicon_tpot_ms"]
-    out = out[keep + [c for c in out.columns if c.startswith(tuple(models))]]
-    scored = out.dropna(subset=[f"{cm}_tpot_ms" for cm in models])
+    out, scored = _predictions(silicon, rows, models, tasks, results, args, DISAGG_KEEP)
     touched = int((scored["fitted_by"] != "").sum())
     scores = silicon.score_disagg(scored, models)
     print(f"\ndisaggregated rows: {len(scored)} replayed as a prefill pool and a decode pool (workers x tp, ep, dp "
