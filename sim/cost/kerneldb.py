@@ -396,7 +396,8 @@ RUN_STEPS = MEMO_ENTRIES // RUN_SIZES
 """Steps kept of each such run (all of them together: at most ``MEMO_ENTRIES``)."""
 TOTALS_ENTRIES = 1 << 23
 """Most places ``decode_totals``' memo holds, each a decode-step total or None (at most 64 MB of
-list, 24 bytes more per total kept; the benchmark's million requests fill about N of them)."""
+list, 24 bytes more per total kept; 100,000 requests of ``bench_scale.py``'s workload use about
+0.6 M places)."""
 
 
 class KernelDbCostModel(RooflineCostModel):
@@ -616,12 +617,11 @@ class KernelDbCostModel(RooflineCostModel):
     def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
         if not num_seqs:
             return 0.0
-        if self._totals is not None:  # (a value a decode run priced in range: the lookup's, counting nothing)
-            pts = self._totals[2].get(-num_seqs)
-            if pts is not None and kv_tokens < len(pts) and self._totals[1] is self._gen.lt:
-                v = pts[kv_tokens]
-                if v is not None:
-                    return v
+        pts = self._kept(-num_seqs)  # (a value a decode run priced in range: the lookup's, counting nothing)
+        if pts is not None and kv_tokens < len(pts):
+            v = pts[kv_tokens]
+            if v is not None:
+                return v
         return self._memo(self._attn_d, (num_seqs, kv_tokens), lambda: self._decode_lookup(self._gen, num_seqs, kv_tokens))
 
     def all_reduce(self, elements: int) -> float:
@@ -726,17 +726,14 @@ class KernelDbCostModel(RooflineCostModel):
         steps are one slice of it), at most ``TOTALS_ENTRIES`` places in all (dropped together
         when full; kept while ``p`` and the decode table are the ones they were computed with),
         and a run whose every step is kept is read, not priced."""
-        memo, end = self._totals, kv_tokens + steps * num_seqs
-        if memo is None:
-            pts = None
-        else:
-            pts = memo[2].get(num_seqs)
-            if pts is None or end > len(pts) or memo[0] is not self.p or memo[1] is not self._gen.lt:
-                pts = self._points(num_seqs, end)  # (grown, or the memo started again)
-            if pts is not None:
-                out = pts[kv_tokens:end:num_seqs]
-                if None not in out:
-                    return out
+        end = kv_tokens + steps * num_seqs
+        pts = self._kept(num_seqs)
+        if pts is None or end > len(pts):
+            pts = self._points(num_seqs, end) if self._totals is not None else None  # (grown, or started again)
+        if pts is not None:
+            out = pts[kv_tokens:end:num_seqs]
+            if None not in out:
+                return out
         gemm, other, comm, cpu, ad = self._decode_parts(num_seqs, kv_tokens, longest, steps)
         g0 = gemm + 0.0  # (the first addition of _price's total; the rest in its order)
         out = [g0 + x + comm + other + cpu + 0.0 for x in ad]
@@ -748,12 +745,9 @@ class KernelDbCostModel(RooflineCostModel):
         """(totals, decode attention of every layer) of a run's steps as ``_decode_parts``
         composes them (``layers_full`` times the table's value: ``_points`` is kept only without
         window layers), when ``_points`` holds both at every step; else None."""
-        memo = self._totals
-        if memo[0] is not self.p or memo[1] is not self._gen.lt or not steps:
-            return None
         end = kv_tokens + steps * n
-        tot, att = memo[2].get(n), memo[2].get(-n)
-        if tot is None or att is None or end > len(tot) or end > len(att):
+        tot, att = self._kept(n), self._kept(-n)
+        if not steps or tot is None or att is None or end > len(tot) or end > len(att):
             return None
         total, a = tot[kv_tokens:end:n], att[kv_tokens:end:n]
         if None in total or None in a:
@@ -761,9 +755,17 @@ class KernelDbCostModel(RooflineCostModel):
         full = self.layers_full
         return total, [full * x for x in a]
 
+    def _kept(self, key: int) -> list | None:
+        """The memo list of ``key`` as it stands (see ``_points``), or None: no such list, no memo,
+        or one computed with another ``p`` or decode table."""
+        memo = self._totals
+        if memo is None or memo[0] is not self.p or memo[1] is not self._gen.lt:
+            return None
+        return memo[2].get(key)
+
     def _points(self, key: int, end: int) -> list | None:
-        """The memo list of ``key`` (a batch size: ``decode_totals``' totals; minus one: the
-        decode attention ``_attn_decode_run`` priced in range, read by ``attn_decode``), at least
+        """The memo list of ``key`` (a batch size: ``decode_totals``' totals; minus a batch size:
+        the decode attention ``_attn_decode_run`` priced in range, read by ``attn_decode``), at least
         ``end`` places long, or None when ``end`` is beyond the memo's bound. Every list is
         dropped when ``p`` or the decode table changed, or when growing one would pass
         ``TOTALS_ENTRIES`` places in all."""
@@ -789,7 +791,7 @@ class KernelDbCostModel(RooflineCostModel):
         """``decode_step`` for ``steps`` consecutive steps as columns (``total`` and each
         component, lists of the same values); counts nothing (as ``decode_totals``). A run whose
         totals and attention ``_points`` holds at every step is read from there."""
-        kept = self._kept_run(num_seqs, kv_tokens, steps) if self._totals is not None else None
+        kept = self._kept_run(num_seqs, kv_tokens, steps)
         if kept is not None:
             total, ad = kept
             gemm, other, comm, _ = self._dense_part(num_seqs, num_seqs)
