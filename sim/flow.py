@@ -236,8 +236,7 @@ class Flow:
         for m in members.values():
             e = m.e
             d = m.due
-            end = e if e < k else k
-            c = (end - 1 - d) // bs + 1 if d < end else 0  # (fastforward.blocks_before, inlined)
+            c = blocks_before(d, e if e < k else k, bs)
             if c:
                 grows.append((m, d, c))
                 pairs.append((m.r.id, c))
