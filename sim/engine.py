@@ -257,13 +257,14 @@ class Engine:
         return Replica(i, sched, kv, cost, self, pool)
 
     # ------------------------------------------------------------------ admission
-    def admit(self, spec, turn: int | None = None) -> None:
+    def admit(self, spec, turn: int | None = None, order: int | None = None) -> None:
         """An arrival, numbered in arrival order: reject it with a reason, or route it to a
         replica's scheduler (``turn``: the entry replica the router's ``turns`` already gave it,
-        see ``_read_ahead``). A shard keeps only the requests routed to its replicas, and shard 0
-        the ones rejected before routing."""
+        see ``_read_ahead``; ``order``: its number, when a shard read others past). A shard keeps
+        only the requests routed to its replicas, and shard 0 the ones rejected before routing."""
         ctx = self.model.max_context
-        order = self.admitted
+        if order is None:
+            order = self.admitted
         self.admitted += 1
         if spec.max_output_tokens is None:
             spec = spec.with_output_limit(default_output_limit(spec.prompt_tokens, ctx))
@@ -476,29 +477,34 @@ class Engine:
     # ------------------------------------------------------------------ processes
     def _arrivals(self):
         """The open-loop process: admit each request at its arrival time, reading ahead into
-        ``upcoming`` so that ``next_arrival_for`` sees the next ones."""
+        ``upcoming`` so that ``next_arrival_for`` sees the next ones. A shard reads another
+        shard's requests past (``_read_ahead``): admitting one would only number it."""
         env = self.env
         it = iter(self.workload)
         ahead = 2 * len(self.replicas)  # specs read ahead, so a replica can know its next arrival
         up = self.upcoming
         turn_of = self._read_ahead()
-        # a shard skips the wait for another shard's arrival: admitting it only counts it
-        foreign = self._foreign_head if turn_of is not None and self.shard[1] > 1 else None
+        orders = deque() if turn_of is not None and self.shard[1] > 1 else None  # a shard's: each spec's number
+        read = 0
         while True:
             while len(up) < ahead:
                 spec = next(it, None)
                 if spec is None:
                     break
+                read += 1
+                if turn_of is not None and turn_of(spec) is False:  # another shard's
+                    continue
                 up.append(spec)
-                if turn_of is not None:
-                    turn_of(spec)
+                if orders is not None:
+                    orders.append(read - 1)
             if not up:
                 break
             spec = up[0]
-            if spec.arrival_s > env.now and not (foreign is not None and foreign()):  # at its exact time,
+            if spec.arrival_s > env.now:  # at its exact time,
                 yield _At(env, spec.arrival_s, simpy.core.URGENT)  # before any step that ends then
             up.popleft()
-            self.admit(spec, None if turn_of is None else turn_of(None))
+            self.admit(spec, None if turn_of is None else turn_of(None), None if orders is None else orders.popleft())
+        self.admitted = read  # (a shard numbered the others' requests too)
         self._arrivals_finished()
 
     def _read_ahead(self):
@@ -506,35 +512,38 @@ class Engine:
         fast-forward needs), the function that files each spec read ahead under the replica it
         will go to (``self.ahead``, read by ``next_arrival_for``; called with None when the
         oldest spec read is admitted, it returns that spec's replica, which ``admit`` then takes
-        instead of asking the router again); else None."""
+        instead of asking the router again); else None. In a shard it files only the shard's own
+        specs (its replicas', and the ones rejected before routing in shard 0) and returns False
+        for another shard's, which takes its turn and nothing else."""
         if not self.fast_forward or len(self.replicas) == 1 or self.dynamic:
             return None
         ctx = self.model.max_context
         turns = self.route.turns(self.route_state, len(self.entry_pool))  # the picks of every routed request, in order
         self.ahead = per_rep = [deque() for _ in self.replicas]
-        self._filed = filed = deque()  # the replica of each spec in ``upcoming`` (None: rejected before routing)
+        filed = deque()  # the replica of each spec in ``upcoming`` (None: rejected before routing)
+        sharded = self.shard[1] > 1
+        mine = [p.idx in self.own for p in self.entry_pool]
+        rejects = not self.shard[0]  # whether this process keeps the requests rejected before routing
 
-        def turn_of(spec) -> int | None:
+        def turn_of(spec) -> int | None | bool:
             if spec is None:  # the oldest spec read is admitted: its turn
                 i = filed.popleft()
                 if i is not None:
                     per_rep[i].popleft()
                 return i
             elif spec.prompt_tokens + spec.output_tokens > ctx:
+                if sharded and not rejects:
+                    return False
                 filed.append(None)  # rejected before routing: takes no turn
             else:
                 i = next(turns)
+                if sharded and not mine[i]:
+                    return False
                 filed.append(i)
                 per_rep[i].append(spec.arrival_s)
+            return None
 
         return turn_of
-
-    def _foreign_head(self) -> bool:
-        """Whether the oldest spec read ahead is another shard's (``admit`` only counts it):
-        routed to a replica this process does not simulate, or rejected before routing outside
-        shard 0."""
-        i = self._filed[0]
-        return bool(self.shard[0]) if i is None else self.entry_pool[i].idx not in self.own
 
     def _arrivals_finished(self):
         """No request will arrive any more (or, after that, the last open request ended): note

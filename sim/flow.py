@@ -196,8 +196,9 @@ class Flow:
 
     def decode_leg(self, k0: int, arrival: float):
         """The decode steps from ``k0`` on, through finishes, up to the first step that would
-        start at or after ``arrival`` or the batch's end: priced, their blocks grown (None, and
-        nothing changed, when the pool may not hold them or the cost model has no series)."""
+        start at or after ``arrival`` or the batch's end: priced, their blocks grown (None when the
+        pool may not hold them or the cost model has no series: the flow then ends, its members
+        as they were at ``k0`` but for the step of their next block, which it no longer reads)."""
         members, leaves, offsets, kv, cost, times = (self.members, self.leaves, self.offsets, self.kv, self.cost,
                                                      self.times)
         rep = self.rep
@@ -230,28 +231,26 @@ class Flow:
             if not n or t >= arrival:
                 break
             hint = more[-1] - more[-2]
-        # each member's blocks for its steps in the leg, when the pool holds them all
+        # each member's blocks for its steps in the leg, when the pool holds them all (its next
+        # block's step is moved past them at once: a refused leg ends the flow, which reads it no more)
         bs, held = kv.block_size, kv.held
-        grows, pairs, total, due = [], [], 0, []  # due: the members that need a block at step k (the leg's end)
+        grown, pairs, total, due = [], [], 0, []  # due: the members that need a block at step k (the leg's end)
         for m in members.values():
             e = m.e
             d = m.due
             c = blocks_before(d, e if e < k else k, bs)
             if c:
-                grows.append((m, d, c))
+                grown.append((d - k0, c))
                 pairs.append((m.r.id, c))
                 total += c
                 d += c * bs
+                m.due = d
             if d == k and e > k:
                 due.append(m)
         if not kv.can_allocate(total):
             return self.undo(popped)
         start_used = kv.num_used
         kv.add_blocks(pairs)
-        grown = []
-        for m, d, c in grows:
-            grown.append((d - k0, c))
-            m.due = d + c * bs
         if self.counting:
             for args in priced:
                 cost.count_decode_run(*args)

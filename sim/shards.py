@@ -52,7 +52,9 @@ def run_engine(cfg, progress=None, stream_to=None) -> SimOutput:
 def run_shard(cfg, shard: tuple[int, int]) -> SimOutput:
     """One process's part of a sharded run: the replicas i with i % n == w for ``shard`` (w, n)
     (no progress bar, no streaming)."""
-    return Engine(cfg, shard=shard).run()
+    out = Engine(cfg, shard=shard).run()
+    out.itl.sort()  # here, in parallel: the parent's summary then merges the processes' sorted gaps
+    return out
 
 
 def _run(args):

@@ -133,6 +133,34 @@ def test_itl_log_counts_are_one_per_value_in_order(first, second):
 
 
 @settings(max_examples=200, deadline=None)
+@given(ops, st.integers(1, 3))
+def test_a_sorted_itl_log_holds_the_same_sample_and_merges_to_the_same_summary(evs, parts):
+    """``ItlLog.sort`` (what a sharded run's processes do before handing their gaps over) keeps
+    every (gap, tokens) pair, sorted by gap then tokens, and the merged logs' summary is the
+    one of the unsorted logs."""
+    from collections import Counter
+
+    from sim.metrics.steplog import ItlLog
+
+    logs, plain = [ItlLog() for _ in range(parts)], ItlLog()
+    for i, (kind, gaps, tokens) in enumerate(evs):
+        for log in (logs[i % parts], plain):
+            if kind == "add":
+                log.add(gaps, tokens)
+            elif kind == "extend":
+                log.extend(gaps, tokens)
+    before = [Counter(zip(log.values, log.counts)) for log in logs]
+    merged = ItlLog()
+    for log, pairs in zip(logs, before):
+        log.sort()
+        got = list(zip(log.values, log.counts))
+        assert got == sorted(got) and Counter(got) == pairs
+        merged.values.extend(log.values)
+        merged.counts.extend(log.counts)
+    assert repr(weighted_dist(merged.values, *merged.runs())) == repr(weighted_dist(plain.values, *plain.runs()))
+
+
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.lists(gaps, max_size=12), st.integers(0, 5000)), min_size=1, max_size=60),
        st.booleans())
 def test_weighted_dist_of_runs_equals_the_spelled_out_counts(runs, odd):

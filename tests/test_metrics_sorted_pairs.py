@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.metrics.summary import _sorted_complex, _sorted_packed, sorted_pairs
+from sim.metrics.weighted import _sorted_complex, _sorted_packed, sorted_pairs
 
 
 def lexsorted(v, c):

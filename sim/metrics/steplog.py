@@ -47,6 +47,25 @@ class ItlLog:
         self.values.extend(other.values)
         self.counts.extend(other.counts)
 
+    def sort(self) -> None:
+        """Hold the gaps sorted by value, then count (``weighted.sorted_pairs``), each with its count:
+        a sample, read in any order. A process of a sharded run sorts its own before handing it
+        over, so the summary's sort of every process's gaps merges sorted runs."""
+        import numpy as np
+
+        from sim.metrics.weighted import _int64, _pairs_sort_exactly, sorted_pairs
+
+        tokens, lengths = self.runs()
+        v, c = np.frombuffer(self.values, float), _int64(tokens)
+        r = None if lengths is None else _int64(lengths)
+        if not v.size or not _pairs_sort_exactly(v, c, int(c.sum()) if r is None else int(np.dot(c, r))):
+            return
+        v, counts = sorted_pairs(v, c, r)
+        self.values, self._counts = array("d"), array("q")
+        self.values.frombytes(v.tobytes())
+        self._counts.frombytes(counts.astype(np.int64).tobytes())
+        self._tokens, self._lengths = array("q"), array("q")
+
     def runs(self) -> tuple[array, array | None]:
         """The counts as they are held: (tokens, lengths), ``lengths[i]`` values of ``tokens[i]``
         tokens each, or (counts, None), one per value (``weighted_dist`` takes either)."""
