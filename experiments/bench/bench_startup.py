@@ -81,6 +81,9 @@ def main() -> None:
     print(f"derive   {system} vllm {version}: {time.perf_counter() - t:6.2f} s (Parquet -> grids, once per version)")
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
         env = {**os.environ, "XDG_CACHE_HOME": cache, "PYTHONPATH": str(REPO)}
+        # as an installed package runs: its bytecode compiled (pip compiles it at install, and a
+        # checkout writes it on first import) even where the shell asks Python not to write it
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         cold = timed_run(env, out)
         warm = sorted(timed_run(env, out) for _ in range(3))
         roof = sorted(timed_run(env, out, ("--cost-model", "roofline")) for _ in range(3))
