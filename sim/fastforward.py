@@ -102,8 +102,8 @@ _INF = float("inf")
 def blocks_before(due: int, end: int, block_size: int) -> int:
     """The KV blocks a decoding request takes in the steps before ``end``: one at step ``due``
     (the step whose token overflows its blocks), then one every ``block_size`` steps (the one
-    rule of the fast-forward's counted growth: ``BlockGrower.grow_each``, ``DecodeRun.used_at``,
-    the flows' legs)."""
+    rule of the fast-forward's counted growth: ``BlockGrower.grow_each``, ``DecodeRun.used_at``;
+    the flows' legs inline it in their per-member loop)."""
     return (end - 1 - due) // block_size + 1 if due < end else 0
 
 MAX_GUESS = 4096

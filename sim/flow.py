@@ -37,7 +37,7 @@ from heapq import heappop, heappush
 from operator import sub
 
 from sim import lifecycle
-from sim.fastforward import DecodeRun, blocks_before, run_clock, series_rows
+from sim.fastforward import DecodeRun, run_clock, series_rows
 from sim.request import Status, decodes_next
 from sim.types import BatchShape, StepPlan
 
@@ -186,9 +186,8 @@ class Flow:
             rep.steps.add(rep.idx, t, st, batch, prefill, n_old, 0, self.kv.num_used, len(self.sched.waiting))
             return
         _, k0, k1, n0, gone, run, gaps, upto = rec
-        if itl is not None:  # the leg's gaps, grouped as ``lifecycle.complete_run`` groups a run's
-            itl.add(gaps[0], n0)
-            lifecycle.emit_gaps(itl, gaps, 1, n0, [m.e - k0 for m in gone if m.e < k1])
+        if itl is not None:  # the leg's gaps, each for the members that took part in its step
+            lifecycle.emit_gaps(itl, gaps, 0, n0, [m.e - k0 for m in gone if m.e < k1])
         for m in gone:
             self.settle(m, m.e, upto, max(gaps[:m.e - k0]))
             rep.leave(m.r)
@@ -238,8 +237,9 @@ class Flow:
         for m in members.values():
             e = m.e
             d = m.due
-            c = blocks_before(d, e if e < k else k, bs)
-            if c:
+            end = e if e < k else k
+            if d < end:  # fastforward.blocks_before(d, end, bs), inlined: the flows' hottest loop
+                c = (end - 1 - d) // bs + 1
                 grown.append((d - k0, c))
                 pairs.append((m.r.id, c))
                 total += c
