@@ -28,7 +28,7 @@ speculative decoding (each step draws acceptances) or when step plans are record
 from __future__ import annotations
 
 from sim import lifecycle
-from sim.fastforward import BlockGrower, DecodeRun
+from sim.fastforward import DecodeRun, blocks_before
 from sim.types import COMPONENTS
 
 FIRST_CHUNK = 16
@@ -48,8 +48,8 @@ class RankRun:
     """One rank's decode run: its batch (in running order), where its pricing and blocks stand,
     and the group step at which it began (``first``). ``k``: the steps it has taken."""
 
-    __slots__ = ("reqs", "n", "kv_tokens", "longest", "horizon", "first", "k", "wake", "grower", "next_due",
-                 "own", "routed", "cost")
+    __slots__ = ("reqs", "n", "kv", "kv_tokens", "longest", "horizon", "first", "k", "wake", "due", "dues",
+                 "next_due", "start_used", "blocks", "own", "routed", "cost")
 
     def __init__(self, reqs: list, kv, cost, first: int, wake: float | None):
         bs, held = kv.block_size, kv.held
@@ -59,27 +59,60 @@ class RankRun:
             left.append(r.output_tokens - r.num_generated)
             computed.append(c)
             due.append(held[r.id] * bs - c)  # the step whose token overflows its blocks
-        self.reqs, self.n, self.cost = reqs, len(reqs), cost
+        self.reqs, self.n, self.kv, self.cost = reqs, len(reqs), kv, cost
         self.kv_tokens = sum(computed) + self.n  # as ``fastforward.decode_run`` prices a run
         self.longest = max(computed) + 1
         self.horizon = min(left)  # the run ends at the end of its first finish's step
         self.first, self.k = first, 0
         self.wake = float("inf") if wake is None else wake
-        self.grower = BlockGrower(kv, reqs, due)
-        self.next_due = min(due)
+        self.due = due
+        self.dues: dict[int, list[int]] = {}  # the requests (indices) that need a block at each step
+        for i, d in enumerate(due):
+            at = self.dues.get(d)
+            if at is None:
+                self.dues[d] = [i]
+            else:
+                at.append(i)
+        self.next_due = min(self.dues)
+        self.start_used = kv.num_used
+        self.blocks = 0  # blocks taken so far
         self.own: list = []  # the rank's own part of each step priced so far (``rank_part``'s value)
         self.routed = 0.0  # its own tokens' routed experts, which ``rank_part`` takes off its step
 
     def grow(self) -> bool:
-        """Give step ``k``'s tokens their blocks, as ``schedule`` would at the step's start;
-        False (nothing changed) when the pool cannot give them all."""
+        """Give step ``k``'s tokens their blocks (one each for the requests whose token overflows
+        their blocks), as ``schedule`` would at the step's start; False, and nothing changed, when
+        the pool cannot give them all (counted blocks: ``kv.bulk_growth``)."""
         k = self.k
         if k < self.next_due:
             return True
-        if self.grower.grow_until(k + 1) == k:
+        dues, kv = self.dues, self.kv
+        at = dues[k]
+        m = len(at)
+        if not kv.can_allocate(m) or kv.evicts_watched(m):
             return False
-        self.next_due = min(self.grower.due)
+        reqs = self.reqs
+        kv.add_blocks([(reqs[i].id, 1) for i in at])
+        self.blocks += m
+        del dues[k]
+        nxt = k + kv.block_size  # each one's next block
+        later = dues.get(nxt)
+        if later is None:
+            dues[nxt] = at
+        else:
+            later += at
+        self.next_due = min(dues)
         return True
+
+    def decode_run(self, times: list, columns: dict | None, gaps: list) -> DecodeRun:
+        """The run's ``k`` steps as a replica's decode run (``times``: each step's start, then the
+        last one's end), for the step log: the blocks each request took (one at its due step,
+        then one every ``block_size`` steps: ``blocks_before``)."""
+        k, bs = self.k, self.kv.block_size
+        grown = [(d, c) for d in self.due if (c := blocks_before(d, k, bs))]
+        run = DecodeRun(self.reqs, times, columns, self.start_used, grown, bs, self.cost.source, k, [], self.blocks)
+        run.gaps = gaps
+        return run
 
     def price(self) -> None:
         """Price more of the run's steps (at least step ``k``) from the cost model's decode
@@ -179,9 +212,8 @@ class GroupRuns:
         cols = None
         if rep.steps.keep_rows:
             cols = rows(cm.decode_series(n, run.kv_tokens, run.longest, k), totals)
-        drun = run.grower.run(times, cols, cm.source, k)
-        drun.gaps = totals
-        rep.steps.add_run(rep.idx, drun, 0, len(rep.scheduler.waiting), rep.kv.num_used)
+        rep.steps.add_run(rep.idx, run.decode_run(times, cols, totals), 0, len(rep.scheduler.waiting),
+                          rep.kv.num_used)
         self._trim()
 
     def _trim(self) -> None:
