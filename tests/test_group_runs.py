@@ -36,8 +36,8 @@ def both(cfg: dict):
 
 
 def assert_identical(on, off):
-    pd.testing.assert_frame_equal(on.requests, off.requests)
-    pd.testing.assert_frame_equal(on.steps, off.steps)
+    pd.testing.assert_frame_equal(on.requests, off.requests, check_exact=True)
+    pd.testing.assert_frame_equal(on.steps, off.steps, check_exact=True)
     a, b = dict(on.summary), dict(off.summary)
     a["sim"] = {k: v for k, v in a["sim"].items() if k != "wall_s"}
     b["sim"] = {k: v for k, v in b["sim"].items() if k != "wall_s"}
@@ -176,3 +176,27 @@ def test_group_runs_are_exact_priced_by_the_kernel_database(seed):
            "workload": {"rate": 8.0, "num_requests": 300}, "seed": seed,
            "output": {"plots": False, "progress": False, "step_records": bool(seed)}}
     assert_identical(*both(cfg))
+
+
+def test_the_cost_model_is_asked_the_same_questions(monkeypatch):
+    """Out-of-range counts replay what each question counted: with runs, every rank's routed
+    experts are asked for as often, with the same tokens, as when each step is priced by plan."""
+    from collections import Counter
+
+    from sim.cost.roofline import RooflineCostModel
+
+    asked = Counter()
+    moe = RooflineCostModel.moe
+
+    def counting(self, tokens):
+        asked[tokens] += 1
+        return moe(self, tokens)
+
+    monkeypatch.setattr(RooflineCostModel, "moe", counting)
+    cfg = group_config(3, workload=uniform_workload(30.0, 80, 300, 80))
+    on = simulate({**cfg, "engine": {"fast_forward": True}})
+    on_asked = Counter(asked)
+    asked.clear()
+    off = simulate({**cfg, "engine": {"fast_forward": False}})
+    assert on_asked == asked and sum(asked.values()) > 2 * on.summary["sim"]["steps"] / 3
+    assert_identical(on, off)
