@@ -31,11 +31,12 @@ speculative decoding (each step draws acceptances) or when step plans are record
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 
 from sim import lifecycle
 from sim.fastforward import DecodeRun, blocks_before, series_rows
 
-FIRST_CHUNK = 16
+FIRST_CHUNK = 8
 """Steps of a rank's decode series priced when its batch starts; each later go prices as many
 steps as the batch has taken (runs end at the next arrival at that rank: mostly a few steps,
 sometimes hundreds)."""
@@ -172,8 +173,19 @@ class RankRun:
         last one's end), for the step log: the blocks each request took (one at its due step,
         then one every ``block_size`` steps, to its last: ``blocks_before``) and those the
         finished gave back."""
-        k, bs, ends = self.k, self.kv.block_size, self.ends
-        grown = [(d, c) for i, d in enumerate(self.due) if (c := blocks_before(d, ends.get(i, k), bs))]
+        k, bs, ends, due = self.k, self.kv.block_size, self.ends, self.due
+        stayed = Counter(due)  # (requests that share a due step take the same blocks: one entry each)
+        for i in ends:
+            stayed[due[i]] -= 1
+        grown = []
+        for i, e in ends.items():  # those that left, to their last step
+            c = blocks_before(due[i], e, bs)
+            if c:
+                grown.append((due[i], c))
+        for d, q in stayed.items():
+            c = blocks_before(d, k, bs)
+            if c and q:
+                grown += [(d, c)] * q
         run = DecodeRun(self.reqs, times, columns, self.start_used, grown, bs, self.cost.source, k, self.freed,
                         self.blocks, sizes)
         run.gaps = gaps

@@ -200,3 +200,27 @@ def test_the_cost_model_is_asked_the_same_questions(monkeypatch):
     off = simulate({**cfg, "engine": {"fast_forward": False}})
     assert on_asked == asked and sum(asked.values()) > 2 * on.summary["sim"]["steps"] / 3
     assert_identical(on, off)
+
+
+def test_a_run_goes_on_past_a_finish(tmp_path, run_steps):
+    """Rank 0 gets two requests of 6 and 10 tokens (round robin gives rank 1 a one-token one, which
+    never decodes): after the prompt step, one run of 9 decode steps; the first request leaves at
+    the end of its 5th, on time, and the rest runs as a batch of one, each step at the group's
+    price of the batch it had."""
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,300,6\n0.0,1,1\n0.0,200,10\n")
+    cfg = group_config(2, workload={"trace": {"path": str(path)}}, cluster={"router": "round_robin"})
+    res = simulate(cfg)
+    assert run_steps == [9]  # rank 0's one run; rank 1's one-token request never decodes
+    steps = res.steps[res.steps.replica == 0].reset_index(drop=True)
+    assert list(steps.batch_size) == [2] + [2] * 5 + [1] * 4 and list(steps.decode_tokens) == [0] + [2] * 5 + [1] * 4
+    c = load_config(cfg)
+    cm = make_cost_model(c, get_model(c.model), get_hardware(c.hardware))
+    idle = BatchShape((), (), 0, 0, 1, 1)
+    for j in range(1, 10):
+        shape = (BatchShape((1, 1), (300 + j - 1, 200 + j - 1), 0, 0, 1, 1) if j <= 5
+                 else BatchShape((1,), (200 + j - 1,), 0, 0, 1, 1))
+        assert steps.duration_s[j] == dp_step_time(cm, [shape, idle])
+    req = res.requests.set_index("request_id")
+    assert req.finish_s[0] == steps.start_s[6] and req.finish_s[2] == steps.start_s[9] + steps.duration_s[9]
+    assert_identical(*both(cfg))
