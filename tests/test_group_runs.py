@@ -20,6 +20,7 @@ from sim.cost import kerneldb_data as kd
 from sim.cost.expert_parallel import dp_step_time
 from sim.scheduler import REGISTRY
 from sim.types import BatchShape
+from test_pools_expert_groups import ep_pools, fleets, moe_config
 
 MOE = "qwen3-30b-a3b"  # 128 routed experts
 EP = {2: 2, 3: 1, 4: 4, 5: 1, 6: 2, 7: 1, 8: 8}  # an expert-parallel degree for each dp (divides 128 and dp)
@@ -224,3 +225,15 @@ def test_a_run_goes_on_past_a_finish(tmp_path, run_steps):
     req = res.requests.set_index("request_id")
     assert req.finish_s[0] == steps.start_s[6] and req.finish_s[2] == steps.start_s[9] + steps.duration_s[9]
     assert_identical(*both(cfg))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets)
+def test_group_runs_are_exact_in_random_fleets(p):
+    """Fleets of pools with expert groups (prefill and decode pools: a decode rank's requests
+    arrive by KV transfer) and plain replicas, on two GPUs: runs on equal runs off."""
+    runs = [simulate(moe_config(
+        seed=p["seed"], cluster={"pools": ep_pools(p), "router": p["router"]}, scheduler={"name": p["scheduler"]},
+        kv={"num_gpu_blocks": p["blocks"], "preemption": p["preemption"]}, engine={"fast_forward": ff},
+        workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"]))) for ff in (True, False)]
+    assert_identical(*runs)
