@@ -237,3 +237,14 @@ def test_group_runs_are_exact_in_random_fleets(p):
         kv={"num_gpu_blocks": p["blocks"], "preemption": p["preemption"]}, engine={"fast_forward": ff},
         workload=uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"]))) for ff in (True, False)]
     assert_identical(*runs)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dp=st.sampled_from([4, 8]), seed=st.integers(0, 1000), rows=st.booleans(), omax=st.integers(20, 300))
+def test_group_runs_are_exact_with_sliding_window_layers(dp, seed, rows, omax):
+    """gpt-oss-120b (half its layers attend over a 128-token window: a step's price reads the
+    batch's longest context), ranks whose batches lose their longest request as it finishes."""
+    cfg = tiny_config(model="gpt-oss-120b", hardware="h200-sxm", parallelism={"tp": 1, "dp": dp, "ep": dp}, seed=seed,
+                      workload=uniform_workload(40.0, 60, 400, omax),
+                      output={"step_records": rows, "plots": False, "progress": False})
+    assert_identical(*both(cfg))
