@@ -248,3 +248,20 @@ def test_group_runs_are_exact_with_sliding_window_layers(dp, seed, rows, omax):
                       workload=uniform_workload(40.0, 60, 400, omax),
                       output={"step_records": rows, "plots": False, "progress": False})
     assert_identical(*both(cfg))
+
+
+def test_the_group_clock_is_trimmed_under_open_runs(monkeypatch):
+    """The clock keeps only the steps open runs read: trimmed every few steps here (as every 4,096
+    in a long run), the runs read the same times."""
+    monkeypatch.setattr(grouprun, "TRIM", 6)
+    kept = []
+    trim = grouprun.GroupRuns._trim
+
+    def watching(self):
+        trim(self)
+        kept.append((len(self.starts), self.stepped))
+
+    monkeypatch.setattr(grouprun.GroupRuns, "_trim", watching)
+    cfg = group_config(3, workload=uniform_workload(20.0, 80, 300, 150))
+    assert_identical(*both(cfg))
+    assert kept and max(n for n, _ in kept) < kept[-1][1] / 3  # (670 group steps; at most 113 kept)
