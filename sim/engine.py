@@ -144,7 +144,9 @@ class Engine:
       before its next arrival can come (``_wait``): its process keeps its own clock, ahead of
       simpy's;
     - flows (``sim.flow.Flow``) run decode steps and the admissions beside them with the batch
-      held in columns; they reach the engine only through ``Replica``.
+      held in columns; they reach the engine only through ``Replica``;
+    - in an expert group (``_group``), a rank that only decodes takes the group's steps in a run
+      (``sim.grouprun``), without planning, and catches up when the run ends.
 
     Around the loop: ``self.faults`` (``sim/cluster/faults.py``) slows the steps of a straggling
     replica (``_cost``); ``self.dynamics`` (``sim/cluster/dynamics.py``) crashes, restarts and
