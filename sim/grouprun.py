@@ -34,6 +34,7 @@ from bisect import bisect_left
 from collections import Counter
 
 from sim import lifecycle
+from sim.cost.expert_parallel import routed
 from sim.fastforward import DecodeRun, blocks_before, series_rows
 
 FIRST_CHUNK = 8
@@ -116,8 +117,6 @@ class RankRun:
     def price(self) -> None:
         """Price more of the batch's steps (at least step ``k``) from the cost model's decode
         series (``GroupRuns.usable``: it has one)."""
-        from sim.cost.expert_parallel import routed
-
         cm, done, n = self.cost, len(self.own), self.n
         if done == self.seg:  # the batch's first step (its routed experts counted here once)
             self.routed = routed(cm, n)
