@@ -144,7 +144,9 @@ class Engine:
       before its next arrival can come (``_wait``): its process keeps its own clock, ahead of
       simpy's;
     - flows (``sim.flow.Flow``) run decode steps and the admissions beside them with the batch
-      held in columns; they reach the engine only through ``Replica``.
+      held in columns; they reach the engine only through ``Replica``;
+    - in an expert group (``_group``), a rank that only decodes takes the group's steps in a run
+      (``sim.grouprun``), without planning, and catches up when the run ends.
 
     Around the loop: ``self.faults`` (``sim/cluster/faults.py``) slows the steps of a straggling
     replica (``_cost``); ``self.dynamics`` (``sim/cluster/dynamics.py``) crashes, restarts and
@@ -208,6 +210,8 @@ class Engine:
         self.drafter = self._drafter()  # speculative decoding (None: off)
         self.fast_forward = (cfg.engine.fast_forward and record_plans is False and fast_forward_exact(cfg, self.route)
                              and self.dp == 1 and self.drafter is None)
+        # an expert group's ranks that only decode take its steps in decode runs (``sim.grouprun``)
+        self.group_runs = cfg.engine.fast_forward and record_plans is False and self.drafter is None
         self.upcoming: deque = deque()  # arrivals read ahead of time (open loop)
         self.ahead: list[deque] | None = None  # per replica, the arrival times of its upcoming requests (``_read_ahead``)
         self.env = simpy.Environment()
@@ -634,18 +638,26 @@ class Engine:
         synchronised step (``sim.cost.expert_parallel.dp_step_time``: the slowest rank's own part,
         then the routed experts and the exchange for the whole group's tokens; a rank with
         nothing to do runs a dummy batch, as vLLM does), and each rank completes its batch at its
-        end. No fast paths. The group sleeps when no rank has work."""
+        end. The fast path (``sim.grouprun``): a rank that only decodes takes the steps in a decode
+        run, without planning, and catches up when the run ends. The group sleeps when no rank
+        has work."""
         from sim.cost.expert_parallel import dp_step
+        from sim.grouprun import DECODES, GroupRuns
 
         env, by_id = self.env, self.by_id
         cost = ranks[0].cost
         idle = BatchShape((), (), 0, 0, ranks[0].tp, ranks[0].pp)  # a rank with nothing to do (a dummy batch)
         idle_plans = 0
+        runs = GroupRuns(ranks) if self.group_runs and GroupRuns.usable(cost) else None
         while True:
             now = env.now
             plans, shapes, held, moved_any = [], [], [], False
-            for rep in ranks:
+            for i, rep in enumerate(ranks):
                 sched = rep.scheduler
+                if runs is not None and runs.takes(i, now):  # its decode run takes the step
+                    plans.append(DECODES)
+                    shapes.append(None)
+                    continue
                 if not sched.waiting and not sched.running:  # (planning would give nothing)
                     plans.append(None)
                     shapes.append(idle)
@@ -685,12 +697,18 @@ class Engine:
                     st, accepted[i] = self._verify(plans[i], st)
                     return st
                 total, owns = dp_step(cost, shapes, drafts)
+            elif runs is not None:
+                total, owns = dp_step(cost, shapes, None, runs.own)
+                runs.step(now, total)
             else:
                 total, owns = dp_step(cost, shapes)
             end = now + total
             yield _At(env, end)
-            for rep, plan, shape, own, acc in zip(ranks, plans, shapes, owns, accepted):
+            for i, (rep, plan, shape, own, acc) in enumerate(zip(ranks, plans, shapes, owns, accepted)):
                 if plan is None:
+                    continue
+                if plan is DECODES:
+                    runs.done(i, end)
                     continue
                 if self.plans is not None:
                     self.plans.append((rep.idx, now, tuple(plan.num_new_tokens), shape))

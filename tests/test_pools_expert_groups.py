@@ -128,8 +128,8 @@ def test_conservation_on_random_fleets_with_expert_groups(p):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_fast_paths_on_equal_off_with_an_expert_group_pool(seed):
-    """The fast paths stay off in a fleet with an expert-group pool (groups step one by one, as
-    on the aggregated path); the results are the same with the switch on or off."""
+    """The replicas' fast paths stay off in a fleet with an expert-group pool (the groups' rank
+    runs, ``sim.grouprun``, are on); the results are the same with the switch on or off."""
     pools = [pool("g", tp=1, ep=2, dp=2), pool("h", "h200-sxm", tp=2, ep=1, dp=1)]
     runs = []
     for ff in (True, False):

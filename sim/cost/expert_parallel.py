@@ -31,7 +31,13 @@ def rank_part(cm, shape: BatchShape, st=None) -> float:
     norms, LM head, all-reduces within its tp group, CPU overhead (``st``: its ``step_time``, when
     the caller has it)."""
     st = cm.step_time(shape) if st is None else st
-    return st.total - cm.shapes.moe_layers * cm.moe(sum(shape.new_tokens))
+    return st.total - routed(cm, sum(shape.new_tokens))
+
+
+def routed(cm, tokens: int) -> float:
+    """The routed experts of a rank's own ``tokens`` in its ``step_time`` (every MoE layer), which
+    ``rank_part`` takes off."""
+    return cm.shapes.moe_layers * cm.moe(tokens)
 
 
 def group_part(cm, tokens: int) -> float:
@@ -43,23 +49,32 @@ def group_part(cm, tokens: int) -> float:
     return s.moe_layers * (cm.moe(tokens) + cm.dp_exchange(tokens))
 
 
-def dp_step(cm, shapes: list[BatchShape], extra=None) -> tuple[float, list]:
+def dp_step(cm, shapes: list[BatchShape], extra=None, decoding=None) -> tuple[float, list]:
     """One step synchronised over the ``cm.dp`` attention ranks of an expert group: its seconds
     (the slowest rank's own part plus the group's routed experts and exchange) and each rank's
     own ``StepTime`` (None for an idle rank), each priced once. ``shapes``: one batch shape per
     rank (an idle rank: an empty shape, a dummy batch of one token). ``extra``: a function of a
     rank's index and its ``StepTime`` that returns the rank's step with more of its own work
-    added (speculative decoding's drafts), or None."""
+    added (speculative decoding's drafts), or None. ``decoding``: a function of a rank's index
+    that gives (its own part, its tokens) for a rank whose shape is None: a rank in a decode run
+    (``sim.grouprun``), which priced its steps ahead (its ``StepTime`` is None here)."""
     if len(shapes) != cm.dp:
         raise ValueError(f"dp_step_time: {len(shapes)} batch shapes for {cm.dp} attention ranks")
-    steps = [cm.step_time(sh) if sh.new_tokens else None for sh in shapes]
+    steps = [cm.step_time(sh) if sh is not None and sh.new_tokens else None for sh in shapes]
     own = [0.0 if st is None else rank_part(cm, sh, st) for st, sh in zip(steps, shapes)]
     if extra is not None:
         for i, st in enumerate(steps):
             if st is not None:
                 steps[i] = extra(i, st)
                 own[i] += steps[i].total - st.total
-    tokens = sum(max(1, sum(sh.new_tokens)) for sh in shapes)
+    tokens = 0
+    for i, sh in enumerate(shapes):
+        if sh is None:
+            own[i], t = decoding(i)
+            tokens += t
+        else:
+            t = sum(sh.new_tokens)
+            tokens += t if t > 1 else 1
     return max(own) + group_part(cm, tokens), steps
 
 
