@@ -18,8 +18,8 @@ def both(cfg):
 
 
 def assert_identical(on, off):
-    pd.testing.assert_frame_equal(on.requests, off.requests)
-    pd.testing.assert_frame_equal(on.steps, off.steps)
+    pd.testing.assert_frame_equal(on.requests, off.requests, check_exact=True)
+    pd.testing.assert_frame_equal(on.steps, off.steps, check_exact=True)
     a, b = dict(on.summary), dict(off.summary)
     a["sim"] = {k: v for k, v in a["sim"].items() if k != "wall_s"}
     b["sim"] = {k: v for k, v in b["sim"].items() if k != "wall_s"}

@@ -310,7 +310,7 @@ def test_every_request_is_conserved_and_fast_forward_stays_exact(events, on_cras
             if rep.up:
                 assert rep.kv.num_used == 0
     (e1, o1), (e2, o2) = runs
-    pd.testing.assert_frame_equal(requests_frame(o1), requests_frame(o2))
-    pd.testing.assert_frame_equal(steps_frame(o1).drop(columns="cost_source"), steps_frame(o2).drop(columns="cost_source"))
+    pd.testing.assert_frame_equal(requests_frame(o1), requests_frame(o2), check_exact=True)
+    pd.testing.assert_frame_equal(steps_frame(o1).drop(columns="cost_source"), steps_frame(o2).drop(columns="cost_source"), check_exact=True)
     assert o1.simulated_s == o2.simulated_s and e1.dynamics.log.requeued == e2.dynamics.log.requeued
     event(f"requeued: {e1.dynamics.log.requeued > 0}, lost: {bool(e1.dynamics.log.lost)}, setup: {setup}")

@@ -32,7 +32,7 @@ def test_streamed_run_gives_the_same_summary_and_rows(tmp_path):
     rows = pd.read_parquet(tmp_path / "requests.parquet").sort_values("request_id", ignore_index=True)
     ref = pd.read_parquet(tmp_path / "whole.parquet").sort_values("request_id", ignore_index=True)
     norm = lambda f: f.astype(object).where(f.notna(), None)  # noqa: E731  (all-null string columns read back typed)
-    pd.testing.assert_frame_equal(norm(rows), norm(ref))
+    pd.testing.assert_frame_equal(norm(rows), norm(ref), check_exact=True)
 
 
 def test_stream_without_an_output_folder_is_refused():
@@ -95,8 +95,8 @@ def test_workers_give_identical_results(pmax, workers):
     one = simulate(cfg)
     assert (one.summary["requests"]["rejected"] > 0) == (pmax > 400)
     two = simulate({**cfg, "engine": {"workers": workers}})
-    pd.testing.assert_frame_equal(one.requests, two.requests)
-    pd.testing.assert_frame_equal(one.steps, two.steps)
+    pd.testing.assert_frame_equal(one.requests, two.requests, check_exact=True)
+    pd.testing.assert_frame_equal(one.steps, two.steps, check_exact=True)
     a, b = dict(one.summary), dict(two.summary)
     a["sim"] = {k: v for k, v in a["sim"].items() if k != "wall_s"}
     b["sim"] = {k: v for k, v in b["sim"].items() if k not in ("wall_s", "workers")}
@@ -118,7 +118,7 @@ def test_fast_forward_without_step_rows_is_exact_with_the_default_cost_model():
             "output": {"plots": False, "progress": False, "step_records": False}}
     on = simulate({**base, "engine": {"fast_forward": True}})
     off = simulate({**base, "engine": {"fast_forward": False}})
-    pd.testing.assert_frame_equal(on.requests, off.requests)
+    pd.testing.assert_frame_equal(on.requests, off.requests, check_exact=True)
     a = {**on.summary, "sim": {k: v for k, v in on.summary["sim"].items() if k != "wall_s"}}
     b = {**off.summary, "sim": {k: v for k, v in off.summary["sim"].items() if k != "wall_s"}}
     assert a == b

@@ -12,8 +12,8 @@ from sim.engine import Engine
 
 
 def same(a, b):
-    pd.testing.assert_frame_equal(a.requests, b.requests)
-    pd.testing.assert_frame_equal(a.steps, b.steps)
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
     x, y = dict(a.summary), dict(b.summary)
     for s in (x, y):
         s["sim"] = {k: v for k, v in s["sim"].items() if k != "wall_s"}
