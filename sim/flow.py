@@ -345,8 +345,12 @@ class Flow:
 def _admits_whole(p, sched, by_id: dict) -> bool:
     """Whether ``p`` (``plan_beside_decodes``') admits fresh requests with their whole prompts
     and nothing else, leaving nothing waiting."""
-    return bool(p.num_new_tokens) and _nothing_else(p, sched) and all(
-        _whole(by_id[rid], n) for rid, n in p.num_new_tokens.items())
+    if not p.num_new_tokens or not _nothing_else(p, sched):
+        return False
+    for rid, n in p.num_new_tokens.items():
+        if not _whole(by_id[rid], n):
+            return False
+    return True
 
 
 def _nothing_else(p, sched) -> bool:
