@@ -617,9 +617,10 @@ class KernelDbCostModel(RooflineCostModel):
     def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
         if not num_seqs:
             return 0.0
-        pts = self._kept(-num_seqs)  # (a value a decode run priced in range: the lookup's, counting nothing)
-        if pts is not None and kv_tokens < len(pts):
-            v = pts[kv_tokens]
+        q, r = divmod(kv_tokens, num_seqs)
+        pts = self._kept(-(num_seqs << 32 | r))  # (a value a decode run priced in range: the lookup's, counting nothing)
+        if pts is not None and q < len(pts):
+            v = pts[q]
             if v is not None:
                 return v
         return self._memo(self._attn_d, (num_seqs, kv_tokens), lambda: self._decode_lookup(self._gen, num_seqs, kv_tokens))
@@ -722,34 +723,37 @@ class KernelDbCostModel(RooflineCostModel):
         With decode attention from the table alone (``_grid_decode``), a step's total depends on
         the batch size and the KV tokens only, and runs of one replica ask the same (batch, KV)
         points again and again (about 95% of them on the benchmark workload): each total computed
-        is kept in a list by batch size, indexed by KV tokens (None where not computed; a run's
-        steps are one slice of it), at most ``TOTALS_ENTRIES`` places in all (dropped together
+        is kept in a list by batch size n and KV tokens modulo n, indexed by KV tokens // n (a
+        run's KV tokens grow by n a step, so its steps are one contiguous slice of one list; None
+        where not computed), at most ``TOTALS_ENTRIES`` places in all (dropped together
         when full; kept while ``p`` and the decode table are the ones they were computed with),
         and a run whose every step is kept is read, not priced."""
-        end = kv_tokens + steps * num_seqs
-        pts = self._kept(num_seqs)
+        q, r = divmod(kv_tokens, num_seqs)
+        key, end = num_seqs << 32 | r, q + steps
+        pts = self._kept(key)
         if pts is None or end > len(pts):
-            pts = self._points(num_seqs, end) if self._totals is not None else None  # (grown, or started again)
+            pts = self._points(key, end) if self._totals is not None else None  # (grown, or started again)
         if pts is not None:
-            out = pts[kv_tokens:end:num_seqs]
+            out = pts[q:end]
             if None not in out:
                 return out
         gemm, other, comm, cpu, ad = self._decode_parts(num_seqs, kv_tokens, longest, steps)
         g0 = gemm + 0.0  # (the first addition of _price's total; the rest in its order)
         out = [g0 + x + comm + other + cpu + 0.0 for x in ad]
         if pts is not None:
-            pts[kv_tokens:end:num_seqs] = out
+            pts[q:end] = out
         return out
 
     def _kept_run(self, n: int, kv_tokens: int, steps: int) -> tuple[list, list] | None:
         """(totals, decode attention of every layer) of a run's steps as ``_decode_parts``
         composes them (``layers_full`` times the table's value: ``_points`` is kept only without
         window layers), when ``_points`` holds both at every step; else None."""
-        end = kv_tokens + steps * n
-        tot, att = self._kept(n), self._kept(-n)
+        q, r = divmod(kv_tokens, n)
+        key, end = n << 32 | r, q + steps
+        tot, att = self._kept(key), self._kept(-key)
         if not steps or tot is None or att is None or end > len(tot) or end > len(att):
             return None
-        total, a = tot[kv_tokens:end:n], att[kv_tokens:end:n]
+        total, a = tot[q:end], att[q:end]
         if None in total or None in a:
             return None
         full = self.layers_full
@@ -764,9 +768,9 @@ class KernelDbCostModel(RooflineCostModel):
         return memo[2].get(key)
 
     def _points(self, key: int, end: int) -> list | None:
-        """The memo list of ``key`` (a batch size: ``decode_totals``' totals; minus a batch size:
-        the decode attention ``_attn_decode_run`` priced in range, read by ``attn_decode``), at least
-        ``end`` places long, or None when ``end`` is beyond the memo's bound. Every list is
+        """The memo list of ``key`` (``n << 32 | r`` for batch size n and KV tokens r modulo n:
+        ``decode_totals``' totals, indexed by KV tokens // n; its negative: the decode attention
+        ``_attn_decode_run`` priced in range, read by ``attn_decode``), at least ``end`` places long, or None when ``end`` is beyond the memo's bound. Every list is
         dropped when ``p`` or the decode table changed, or when growing one would pass
         ``TOTALS_ENTRIES`` places in all."""
         memo = self._totals
@@ -879,9 +883,10 @@ class KernelDbCostModel(RooflineCostModel):
             return self._quiet_attn_decode(n, [(kv_tokens + j * n, longest + j) for j in range(steps)])
         vals, outs = self._grid_decode_run(self._gen, n, kv_tokens, steps)
         if self._totals is not None and steps:
-            pts = self._points(-n, kv_tokens + steps * n)
+            q, r = divmod(kv_tokens, n)
+            pts = self._points(-(n << 32 | r), q + steps)
             if pts is not None:  # (only values in range: one out of range also counts its query)
-                pts[kv_tokens:kv_tokens + steps * n:n] = [None if o else v for v, o in zip(vals, outs)] if any(outs) else vals
+                pts[q:q + steps] = [None if o else v for v, o in zip(vals, outs)] if any(outs) else vals
         return vals, outs
 
     def _quiet_attn_decode(self, n: int, queries) -> tuple[list[float], list[int]]:
