@@ -185,11 +185,11 @@ class CachedBlockPool:
             del free[:head]
             head = 0
         self._free_head = head
-        if k < n:
-            out += self._evict(n - k)
         ref = self.ref
         for b in out:
             ref[b] = 1
+        if k < n:
+            out += self._evict(n - k)  # (referenced there)
         return out
 
     def evicts_any(self, n: int, blocks: dict) -> bool:
@@ -236,7 +236,8 @@ class CachedBlockPool:
         return hit
 
     def _evict(self, n: int) -> list[int]:
-        """The ``n`` free cached blocks with the smallest keys, their hashes dropped."""
+        """The ``n`` free cached blocks with the smallest keys, their hashes dropped, each now
+        referenced once (``take`` hands them out)."""
         hash_of, block_of, watched = self.hash_of, self.block_of, self.watched
         if self.in_free_order:
             queue, run_of, ref, out, need = self._queue, self._run_of, self.ref, [], n
@@ -269,11 +270,20 @@ class CachedBlockPool:
                 if v == version[b] and self.ref[b] == 0:
                     version[b] += 1
                     out.append(b)
+        ref = self.ref
         if self.on_evict is not None:  # a lower tier takes the evicted hashes, oldest first
-            self.on_evict([hash_of[b] for b in out])
-        for b in out:
-            del block_of[hash_of[b]]
-            hash_of[b] = None
+            hashes = list(map(hash_of.__getitem__, out))
+            self.on_evict(hashes)
+            for h in hashes:
+                del block_of[h]
+            for b in out:
+                hash_of[b] = None
+                ref[b] = 1
+        else:
+            for b in out:
+                del block_of[hash_of[b]]
+                hash_of[b] = None
+                ref[b] = 1
         if watched:
             for b in watched.keys() & out:
                 p = watched.pop(b)
@@ -297,7 +307,13 @@ class CachedBlockPool:
             if self.in_free_order:  # each leaves a stale entry in its run (its run_of stays, it is referenced)
                 runs = list(map(self._run_of.__getitem__, freed))
                 if countOf(runs, runs[0]) == nfree:  # (usually: one run, a preempted request's own blocks)
-                    runs[0].stale += nfree
+                    rb = runs[0].blocks
+                    if rb[len(rb) - nfree:] == freed[::-1]:
+                        # the run's last entries, the blocks of a table freed tail first and now
+                        # claimed back from its head (a hit is a prefix): cut, no stale entry left
+                        del rb[len(rb) - nfree:]
+                    else:
+                        runs[0].stale += nfree
                 else:
                     for run in runs:
                         run.stale += 1
@@ -327,15 +343,18 @@ class CachedBlockPool:
             if shared == hashed or max(refs[shared:]) == 1:
                 for b in blocks[:shared]:
                     ref[b] -= 1
-                for b in blocks[shared:]:
+                plain = blocks[hashed:]
+                for b in plain:
                     ref[b] = 0
-                free.extend(reversed(blocks[hashed:]))
+                plain.reverse()
+                free += plain
                 if shared == hashed:
                     return
                 cached = blocks[shared:hashed]
                 cached.reverse()
                 run = _Run(cached)
                 for b in cached:
+                    ref[b] = 0
                     run_of[b] = run
                 self._queue.append(run)
                 self._evictable += len(cached)
