@@ -388,12 +388,14 @@ class CachedBlockPool:
             heapq.heappush(heap, (key(tick, hits[b], cached_at[b]), pushes, b, version[b]))
         self._pushes = pushes
 
-    def register(self, blocks, hashes) -> int:
+    def register(self, blocks, hashes, fresh: bool = False) -> int:
         """Give each newly filled block its hash (pairs from ``blocks`` and ``hashes``), unless
-        another block already caches that hash or the block has one; how many got one."""
+        another block already caches that hash or the block has one; how many got one.
+        ``fresh``: the caller knows that no block of ``blocks`` has a hash (each was taken
+        without one and is offered once: ``PrefixKVManager``)."""
         block_of, hash_of = self.block_of, self.hash_of
         if (self.in_free_order and block_of.keys().isdisjoint(hashes)
-                and countOf(map(hash_of.__getitem__, blocks), None) == len(blocks)):
+                and (fresh or countOf(map(hash_of.__getitem__, blocks), None) == len(blocks))):
             # the usual case in bulk: new hashes on blocks without one (no key to keep under lru)
             n0 = len(block_of)
             block_of.update(zip(hashes, blocks))
@@ -590,7 +592,7 @@ class PrefixKVManager(KVManager):
         lo = self._registered[req_id]
         upto = min(len(chain), total_tokens // self.block_size)
         if upto > lo:
-            got = self.pool.register(self.tables[req_id][lo:upto], chain[lo:upto])
+            got = self.pool.register(self.tables[req_id][lo:upto], chain[lo:upto], True)
             hashed = self._hashed
             hashed[req_id] = upto if got == upto - lo and hashed[req_id] == lo else -1
             self._registered[req_id] = lo = upto

@@ -180,6 +180,17 @@ class LruHashes(dict):
         """Take ``h`` out (it is here)."""
         self._batch_of[self.pop(h)][3] += 1
 
+    def remove_here(self, hashes: list[int]) -> list[int]:
+        """Take out each of ``hashes`` that is here; the others, in order."""
+        pop, batch_of, rest = self.pop, self._batch_of, []
+        for h in hashes:
+            tag = pop(h, None)
+            if tag is None:
+                rest.append(h)
+            else:
+                batch_of[tag][3] += 1
+        return rest
+
     def pop_oldest(self, n: int) -> list[int]:
         """Take out the ``n`` oldest hashes (n <= len(self)); they, oldest first."""
         out, batches, get, need = [], self._batches, self.get, n
@@ -277,14 +288,11 @@ class LowerTiers:
     def load(self, hashes: list[int]) -> tuple[int, int]:
         """Take ``hashes`` (each in host or disk) out of their tiers to load them to the GPU;
         (blocks from host, blocks from disk)."""
-        host, disk, from_host = self.host, self.disk, 0
-        for h in hashes:
-            if h in host:
-                host.remove(h)
-                from_host += 1
-            else:
-                disk.remove(h)
-        from_disk = len(hashes) - from_host
+        rest = self.host.remove_here(hashes)
+        if rest:
+            self.disk.remove_here(rest)  # (each is there)
+        from_disk = len(rest)
+        from_host = len(hashes) - from_disk
         self.tally.loaded_host += from_host
         self.tally.loaded_disk += from_disk
         self.version += 1
@@ -309,7 +317,7 @@ class TieredBlockPool(CachedBlockPool):
         self.tiers = tiers
         self.on_evict = tiers.offload
 
-    def register(self, blocks, hashes) -> int:
+    def register(self, blocks, hashes, fresh: bool = False) -> int:
         tiers = self.tiers
         if tiers.host or tiers.disk:
             found = tiers.host.keys() & hashes  # (a set operation in C: most hashes are in no tier)
@@ -320,7 +328,7 @@ class TieredBlockPool(CachedBlockPool):
                 for b, h in zip(blocks, hashes):
                     if h in found and h not in block_of and hash_of[b] is None:
                         tiers.supersede(h)
-        return super().register(blocks, hashes)
+        return super().register(blocks, hashes, fresh)
 
 
 class TieredKVManager(PrefixKVManager):
