@@ -432,7 +432,6 @@ class PrefixKVManager(KVManager):
     # fast-forward asks ``evicts_watched`` and stops before such a step (the head's hits are the
     # blocks its last lookup watches: the scheduler tries the head only, head-of-line).
     static_refusal = True
-    covered_is_noop = False  # allocate registers newly full blocks in the cache even without growing
     bulk_growth = False  # growing may evict cached blocks and registers full ones
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, swap_blocks: int = 0,
@@ -447,6 +446,14 @@ class PrefixKVManager(KVManager):
         self._hashed: dict[int, int] = {}
         self._last_chain: tuple = (None, [])
         self._last_hits: tuple = (None, [])
+
+    @property
+    def covered_is_noop(self) -> bool:
+        """allocate registers newly full prompt blocks in the cache even without growing: a call
+        for covered tokens changes nothing only while no request has prompt blocks still to offer
+        (read once per ``schedule_running``, during which no request gains blocks to offer:
+        admissions come after it)."""
+        return not self._chains
 
     # free cached blocks count as free: the pool, not a count of blocks held, says what is in use
     @property
