@@ -358,10 +358,12 @@ def test_a_card_without_a_host_link_is_refused(tmp_path):
 @given(ops=st.lists(st.one_of(
     st.tuples(st.just("add"), st.lists(st.integers(0, 60), max_size=8)),
     st.tuples(st.just("remove"), st.integers(0, 60)),
+    st.tuples(st.just("remove_here"), st.lists(st.integers(0, 60), max_size=8)),
     st.tuples(st.just("pop"), st.integers(0, 10))), max_size=150), slack=st.sampled_from([3, 10**6]))
 def test_the_batched_lru_order_is_an_ordered_dicts(ops, slack):
     """A tier's hashes in batches (stale entries skipped, compacted when mostly stale) keep the
-    order, membership and evictions of an OrderedDict on random adds, removals and re-adds."""
+    order, membership and evictions of an OrderedDict on random adds, removals (one hash, or
+    those of a list that are here: a load) and re-adds."""
     from collections import OrderedDict
 
     from sim.kv.tiers import LruHashes
@@ -376,6 +378,9 @@ def test_the_batched_lru_order_is_an_ordered_dicts(ops, slack):
         elif op == "remove" and arg in ref:
             lru.remove(arg)
             del ref[arg]
+        elif op == "remove_here":  # (some here, some not, some twice)
+            rest = [h for h in arg if ref.pop(h, 0) is not None]
+            assert lru.remove_here(arg) == rest
         elif op == "pop":
             k = min(arg, len(ref))
             assert lru.pop_oldest(k) == [ref.popitem(last=False)[0] for _ in range(k)]
