@@ -235,6 +235,39 @@ class CachedBlockPool:
             heapq.heappush(heap, e)
         return hit
 
+    def next_evicted(self, n: int) -> list[int]:
+        """The blocks the next ``n`` evictions would take (fewer when fewer are free and cached),
+        in that order; changes nothing (as ``evicts_any``)."""
+        out: list[int] = []
+        if n <= 0:
+            return out
+        if self.in_free_order:
+            run_of, ref = self._run_of, self.ref
+            for run in self._queue:
+                rb, h = run.blocks, run.head
+                if not run.stale:
+                    out += rb[h:h + n - len(out)]
+                else:
+                    for i in range(h, len(rb)):
+                        b = rb[i]
+                        if run_of[b] is run and not ref[b]:
+                            out.append(b)
+                            if len(out) == n:
+                                break
+                if len(out) >= n:
+                    break
+            return out
+        heap, version, ref, popped = self._heap, self._version, self.ref, []
+        while len(out) < n and heap:
+            e = heapq.heappop(heap)
+            popped.append(e)
+            b = e[2]
+            if e[3] == version[b] and ref[b] == 0:
+                out.append(b)
+        for e in popped:
+            heapq.heappush(heap, e)
+        return out
+
     def _evict(self, n: int) -> list[int]:
         """The ``n`` free cached blocks with the smallest keys, their hashes dropped, each now
         referenced once (``take`` hands them out)."""

@@ -191,6 +191,22 @@ class LruHashes(dict):
                 batch_of[tag][3] += 1
         return rest
 
+    def oldest(self, n: int) -> list[int]:
+        """The ``n`` oldest hashes (fewer when fewer are here), oldest first; changes nothing."""
+        out, get = [], self.get
+        for hs, i, tag, stale in self._batches:
+            if not stale:
+                out += hs[i:i + n - len(out)]
+            else:
+                for h in hs[i:]:
+                    if get(h) == tag:
+                        out.append(h)
+                        if len(out) == n:
+                            break
+            if len(out) >= n:
+                break
+        return out
+
     def pop_oldest(self, n: int) -> list[int]:
         """Take out the ``n`` oldest hashes (n <= len(self)); they, oldest first."""
         out, batches, get, need = [], self._batches, self.get, n
@@ -265,6 +281,20 @@ class LowerTiers:
             disk.pop_oldest(over)
             t.dropped += over
 
+    def drops_any(self, added: int, hashes: list[int]) -> bool:
+        """Whether offloading ``added`` more hashes now would drop one of ``hashes`` (each in host
+        or disk) out of the lower tiers; changes nothing. With a disk tier, any drop out of disk
+        counts (the hashes moved into it from host are not peeked)."""
+        host = self.host
+        over = len(host) + added - (self.host_blocks - (sum(self.swapped.values()) if self.swapped else 0))
+        if over <= 0:
+            return False
+        if self.disk_blocks:
+            return len(self.disk) + over > self.disk_blocks
+        # host's oldest leave (past them, hashes just offloaded: those were on the GPU, so none
+        # of ``hashes``, which are in a lower tier)
+        return not set(hashes).isdisjoint(host.oldest(min(over, len(host))))
+
     def pin(self) -> None:
         """A request was swapped out: make room for its pinned blocks."""
         self.version += 1
@@ -337,8 +367,11 @@ class TieredKVManager(PrefixKVManager):
     preemption the host tier is the swap space (``swap_blocks`` = its size)."""
 
     tiered = True
-    # a lower tier's drops can shorten the waiting head's hit too: refusals are not static here
-    static_refusal = False
+    # A refused admission stays refused while the batch only decodes unless the head's hit moves:
+    # growth that evicts one of its GPU hit blocks (as without tiers), or a block caching a hash
+    # of its chain past that hit (host gains the hash: the lower-tier run may grow), or that
+    # drops a hash of its lower-tier run out of the last tier. ``evicts_watched`` peeks at all three.
+    static_refusal = True
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, host_blocks: int,
                  disk_blocks: int = 0, swap: bool = False, eviction: str = "lru", tally: TierTally | None = None):
@@ -346,11 +379,36 @@ class TieredKVManager(PrefixKVManager):
         self.tiers = LowerTiers(host_blocks, disk_blocks, tally, self.swapped)
         self.pool = TieredBlockPool(num_blocks, eviction, self.tiers)
         self.last_loads = (0, 0)  # (host, disk) blocks the last admission with a hit loaded
+        self._rest: tuple = (None, 0, set())  # (chain, GPU hit length, the chain's hashes past it): evicts_watched
 
     def prefix_hit(self, spec, num_tokens: int) -> int:
         chain = self.chain(spec)
         g = len(self._hit_blocks(chain))
         return usable_hit_tokens(g + self.tiers.run(chain, g), self.block_size, num_tokens)
+
+    def evicts_watched(self, n_blocks: int) -> bool:
+        """Whether taking ``n_blocks`` now could change the answer of the last hit lookup (the
+        waiting head's: ``static_refusal``): an eviction of one of its GPU hit blocks, or of a
+        block caching a hash of its chain past them, or a drop of a hash of its lower-tier run
+        out of the last tier."""
+        pool = self.pool
+        k = n_blocks - pool.num_plain_free
+        if k <= 0:
+            return False
+        if pool.cut is not None or (pool.watched and pool.evicts_any(k, pool.watched)):
+            return True
+        chain, hits = self._last_hits
+        if chain is None or len(hits) >= len(chain):
+            return False
+        g = len(hits)
+        rest = self._rest
+        if rest[0] is not chain or rest[1] != g:
+            rest = self._rest = (chain, g, set(chain[g:]))
+        evicted = pool.next_evicted(k)
+        if not rest[2].isdisjoint(map(pool.hash_of.__getitem__, evicted)):
+            return True
+        run = self.tiers.run(chain, g)
+        return run > 0 and self.tiers.drops_any(len(evicted), chain[g:g + run])
 
     def _loadable(self, chain: list[int], start: int, end: int) -> bool:
         return self.tiers.run(chain, start) >= end - start
