@@ -471,3 +471,25 @@ def test_a_decode_growth_that_extends_the_heads_host_hit_stops_the_run():
     for t in (11, 13):
         assert kv.grow_one(3, t)
     assert kv.prefix_hit(head, 9) == 8  # the growth moved the head's next two blocks to host
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 120)), max_size=6), st.integers(0, 400), st.booleans())
+def test_a_lower_tier_run_is_the_plain_scans(spans, start, with_disk):
+    """``LowerTiers.run`` (slices of growing length looked up in C) counts what a scan from
+    ``start`` counts: the chain's hashes in host or disk up to the first in neither, on chains
+    whose runs are long enough for several slices. ``spans``: (place, hashes) of consecutive
+    stretches of the chain (0 host, 1 disk, 2 neither)."""
+    from sim.kv.tiers import LowerTiers
+
+    where = [w for w, k in spans for _ in range(k)]
+    t = LowerTiers(host_blocks=1000, disk_blocks=1000)
+    chain = list(range(100, 100 + len(where)))
+    t.host.add([h for h, w in zip(chain, where) if w == 0 or (w == 1 and not with_disk)])
+    t.disk.add([h for h, w in zip(chain, where) if w == 1 and with_disk])
+    expect = 0
+    for w in where[start:]:
+        if w > 1:
+            break
+        expect += 1
+    assert t.run(chain, start) == expect

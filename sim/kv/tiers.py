@@ -306,12 +306,23 @@ class LowerTiers:
         memo = self._memo
         if memo[0] is chain and memo[1] == start and memo[2] == self.version:
             return memo[3]
-        host, disk, n = self.host, self.disk, 0
-        for i in range(start, len(chain)):
-            h = chain[i]
-            if h not in host and h not in disk:
-                break
-            n += 1
+        # in growing slices looked up in C (a tag is never None), cut at the first hash in neither tier
+        hget, dget, disk = self.host.get, self.disk.get, self.disk
+        i, end, step = start, len(chain), 16
+        while i < end:
+            seg = chain[i:i + step]
+            found = list(map(hget, seg))
+            if None in found:
+                j = found.index(None)
+                if disk:
+                    while j < len(seg) and (found[j] is not None or dget(seg[j]) is not None):
+                        j += 1
+                if j < len(seg):
+                    i += j
+                    break
+            i += len(seg)
+            step = min(4 * step, 4096)
+        n = i - start
         self._memo = (chain, start, self.version, n)
         return n
 
