@@ -253,6 +253,10 @@ class LowerTiers:
         self.tally = TierTally() if tally is None else tally
         self.version = 0  # changes whenever a hash enters or leaves a tier (the lookup memo)
         self._memo: tuple = (None, -1, -1, 0)  # (chain, start, version, answer)
+        # the hashes the memo's answer counted, and whether all of them are still in a tier (a
+        # hash leaves the lower tiers only by a drop from the last one, a load or a supersede)
+        self._counted: set = set()
+        self._memo_ok = False
 
     def __contains__(self, h: int) -> bool:
         return h in self.host or h in self.disk
@@ -276,10 +280,16 @@ class LowerTiers:
                 t.to_disk += over
             else:
                 t.dropped += over
+                self._left(gone)
         over = len(disk) - self.disk_blocks
         if over > 0:
-            disk.pop_oldest(over)
+            self._left(disk.pop_oldest(over))
             t.dropped += over
+
+    def _left(self, hashes) -> None:
+        """``hashes`` left the lower tiers: the memo of ``run`` holds while none was counted by it."""
+        if self._memo_ok and not self._counted.isdisjoint(hashes):
+            self._memo_ok = False
 
     def drops_any(self, added: int, hashes: list[int]) -> bool:
         """Whether offloading ``added`` more hashes now would drop one of ``hashes`` (each in host
@@ -302,13 +312,20 @@ class LowerTiers:
 
     def run(self, chain: list[int], start: int) -> int:
         """How many of ``chain``'s hashes from ``start`` on sit in host or disk, up to the first
-        one in neither (the last answer is kept until a tier changes)."""
+        one in neither. The last answer is kept: while none of the hashes it counted has left the
+        lower tiers, a tier's change can only lengthen it, so the walk resumes where it stopped."""
         memo = self._memo
-        if memo[0] is chain and memo[1] == start and memo[2] == self.version:
-            return memo[3]
+        if memo[0] is chain and memo[1] == start and self._memo_ok:
+            if memo[2] == self.version:
+                return memo[3]
+            i = start + memo[3]
+        else:
+            i = start
+            self._counted = set()
+            self._memo_ok = True
         # in growing slices looked up in C (a tag is never None), cut at the first hash in neither tier
         hget, dget, disk = self.host.get, self.disk.get, self.disk
-        i, end, step = start, len(chain), 16
+        i0, end, step = i, len(chain), 16
         while i < end:
             seg = chain[i:i + step]
             found = list(map(hget, seg))
@@ -323,6 +340,7 @@ class LowerTiers:
             i += len(seg)
             step = min(4 * step, 4096)
         n = i - start
+        self._counted.update(chain[i0:i])
         self._memo = (chain, start, self.version, n)
         return n
 
@@ -332,6 +350,7 @@ class LowerTiers:
         rest = self.host.remove_here(hashes)
         if rest:
             self.disk.remove_here(rest)  # (each is there)
+        self._left(hashes)
         from_disk = len(rest)
         from_host = len(hashes) - from_disk
         self.tally.loaded_host += from_host
@@ -345,6 +364,7 @@ class LowerTiers:
             self.host.remove(h)
         else:
             self.disk.remove(h)
+        self._left((h,))
         self.tally.superseded += 1
         self.version += 1
 
