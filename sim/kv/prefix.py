@@ -335,7 +335,12 @@ class CachedBlockPool:
         for b in blocks:
             ref[b] += 1
         if nfree:
-            freed = blocks if nfree == len(blocks) else [b for b, r in zip(blocks, refs) if not r]
+            if nfree == len(blocks):
+                freed = blocks
+            elif refs[len(blocks) - nfree] == 0 and refs.index(0) == len(blocks) - nfree:
+                freed = blocks[len(blocks) - nfree:]  # (usually: held ones first, a shared prefix)
+            else:
+                freed = [b for b, r in zip(blocks, refs) if not r]
             self._evictable -= nfree
             if self.in_free_order:  # each leaves a stale entry in its run (its run_of stays, it is referenced)
                 runs = list(map(self._run_of.__getitem__, freed))
