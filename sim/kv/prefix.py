@@ -517,7 +517,18 @@ class PrefixKVManager(KVManager):
         self.held[req_id] = len(self.tables[req_id])
 
     def grow_one(self, req_id: int, total_tokens: int) -> bool:
-        return self.allocate(req_id, total_tokens)  # may evict and registers full blocks
+        """``allocate`` for one more block, without its layers when the request has no prompt
+        block left to offer (a decode): a tick, the free check, one block taken (may evict)."""
+        table = self.tables.get(req_id)
+        if table is None or req_id in self._chains or -(-total_tokens // self.block_size) != len(table) + 1:
+            return self.allocate(req_id, total_tokens)  # (registers full blocks)
+        pool = self.pool
+        pool.tick += 1
+        if pool.num_free < 1:
+            return False
+        table += pool.take(1)
+        self.held[req_id] = len(table)
+        return True
 
     def chain(self, spec) -> list[int]:
         """``spec``'s KV-block hash chain; the last one asked for is kept (the queue's head is
