@@ -199,3 +199,29 @@ def test_fast_forward_is_exact_with_prefix_hits_and_a_queue(p):
             return
         raise
     assert_identical(on, off)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prefix_cases, st.sampled_from([4, 30, 300]), st.sampled_from([None, 0.01]))
+def test_fast_forward_is_exact_with_a_tiered_cache_and_a_queue(p, host_blocks, disk_gib):
+    """As above with a host tier (small ones drop, so the waiting head's lower-tier hit can
+    shrink; every GPU eviction can make it grow) and sometimes a disk tier under it: decode runs
+    stop before a step that could move the head's hit (``TieredKVManager.evicts_watched``)."""
+    sched = {"name": p["scheduler"]}
+    if p["scheduler"] != "vllm":
+        sched["max_num_batched_tokens"] = p["budget"]
+    wl = uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"])
+    wl["system_prompts"] = {"count": p["prompts"], "tokens": p["prompt_tokens"]}
+    kv = {"num_gpu_blocks": p["blocks"], "block_size": p["block_size"], "preemption": p["preemption"],
+          "prefix_caching": True, "eviction": p["eviction"], "num_cpu_blocks": host_blocks}
+    if disk_gib:
+        kv.update(disk_offload_gib=disk_gib, disk_read_gbps=5.0)
+    cfg = tiny_config(seed=p["seed"], scheduler=sched, workload=wl, kv=kv,
+                      output={"step_records": p["rows"], "plots": False, "progress": False})
+    try:
+        on, off = both(cfg)
+    except Exception as e:  # a config the models refuse (a prompt the pool can never hold) is no case here
+        if type(e).__name__ in ("ConfigError", "CapacityError", "MemoryShortfall"):
+            return
+        raise
+    assert_identical(on, off)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import tiny_config
@@ -358,10 +358,12 @@ def test_a_card_without_a_host_link_is_refused(tmp_path):
 @given(ops=st.lists(st.one_of(
     st.tuples(st.just("add"), st.lists(st.integers(0, 60), max_size=8)),
     st.tuples(st.just("remove"), st.integers(0, 60)),
+    st.tuples(st.just("remove_here"), st.lists(st.integers(0, 60), max_size=8)),
     st.tuples(st.just("pop"), st.integers(0, 10))), max_size=150), slack=st.sampled_from([3, 10**6]))
 def test_the_batched_lru_order_is_an_ordered_dicts(ops, slack):
     """A tier's hashes in batches (stale entries skipped, compacted when mostly stale) keep the
-    order, membership and evictions of an OrderedDict on random adds, removals and re-adds."""
+    order, membership and evictions of an OrderedDict on random adds, removals (one hash, or
+    those of a list that are here: a load) and re-adds."""
     from collections import OrderedDict
 
     from sim.kv.tiers import LruHashes
@@ -376,7 +378,154 @@ def test_the_batched_lru_order_is_an_ordered_dicts(ops, slack):
         elif op == "remove" and arg in ref:
             lru.remove(arg)
             del ref[arg]
+        elif op == "remove_here":  # (some here, some not, some twice)
+            rest = [h for h in arg if ref.pop(h, 0) is not None]
+            assert lru.remove_here(arg) == rest
         elif op == "pop":
             k = min(arg, len(ref))
             assert lru.pop_oldest(k) == [ref.popitem(last=False)[0] for _ in range(k)]
         assert list(lru) == list(ref)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(eviction=st.sampled_from(["lru", "lfu", "fifo"]), gpu=st.integers(6, 30), host=st.integers(1, 12),
+       disk=st.sampled_from([0, 0, 4]), ops=st.lists(st.one_of(
+           st.tuples(st.just("new"), st.lists(st.integers(0, 2), min_size=1, max_size=6), st.integers(1, 12)),
+           st.tuples(st.just("grow"), st.integers(0, 30), st.integers(1, 12)),
+           st.tuples(st.just("free"), st.integers(0, 30)),
+           st.tuples(st.just("check"), st.lists(st.integers(0, 2), min_size=1, max_size=6), st.integers(1, 6))),
+           min_size=5, max_size=60))
+def test_a_growth_evicts_watched_does_not_flag_leaves_the_heads_hit_as_it_was(eviction, gpu, host, disk, ops):
+    """``static_refusal`` of the tiered manager: when ``evicts_watched(n)`` says no, taking ``n``
+    blocks for a decode (a request without hashes growing) leaves the last lookup's answer as it
+    was: the same GPU hit and the same lower-tier run after it. Checked on a copy of the manager
+    grown block by block, on random pools, tiers and requests with shared prefixes prefilled in
+    chunks side by side (so a prefix's blocks can be cached by several requests' tables)."""
+    import copy
+
+    kv = TieredKVManager(gpu, 2, 0.0, host_blocks=host, disk_blocks=disk, eviction=eviction)
+    live: dict[int, list] = {}  # request id -> [its spec, the tokens it holds]
+    grower = 10**6  # a request without hashes: the decoding batch
+    assert kv.allocate(grower, 1, spec=RequestSpec(id=grower, arrival_s=0.0, prompt_tokens=1, output_tokens=1))
+
+    def spec(i, ids):
+        return RequestSpec(id=i, arrival_s=0.0, prompt_tokens=4 * len(ids), output_tokens=1, block_hashes=tuple(ids),
+                           hash_block_tokens=4)
+
+    for i, (op, *args) in enumerate(ops):
+        if op == "new":
+            s = spec(i, args[0])
+            hit = kv.prefix_hit(s, s.prompt_tokens)
+            total = min(s.prompt_tokens, hit + args[1])  # a first chunk
+            if kv.allocate(i, total, spec=s, cached_tokens=hit):
+                live[i] = [s, total]
+        elif op == "grow" and live:
+            rid = sorted(live)[args[0] % len(live)]
+            s, held = live[rid]
+            total = min(s.prompt_tokens, held + args[1])  # the next chunk
+            if kv.allocate(rid, total):
+                live[rid][1] = total
+        elif op == "free" and live:
+            rid = sorted(live)[args[0] % len(live)]
+            kv.free(rid)
+            del live[rid]
+        elif op == "check":
+            s = spec(i, args[0])
+            kv.prefix_hit(s, s.prompt_tokens)  # the waiting head's lookup
+            n = args[1]
+            if not kv.can_allocate(n) or kv.evicts_watched(n):
+                continue
+            chain = kv._last_hits[0]
+            g = len(kv._hit_blocks(chain))
+            before = (g, kv.tiers.run(chain, g))
+            c = copy.deepcopy(kv)
+            grown = c.held[grower]
+            for k in range(n):  # a decode run's growth, block by block
+                assert c.grow_one(grower, 2 * (grown + k) + 1)
+            chain = c._last_hits[0]
+            g = len(c._hit_blocks(chain))
+            assert (g, c.tiers.run(chain, g)) == before
+
+
+def test_a_decode_growth_that_extends_the_heads_host_hit_stops_the_run():
+    """Two requests computed the same prompt side by side, so its first KV blocks are cached in
+    one's table and its last in the other's. Freed, the first ones are evicted to host first:
+    the waiting head's hit is then 2 blocks in host, and the GPU still holds the next ones. The
+    growth that evicts them to host extends the head's hit to 4 blocks, so ``evicts_watched``
+    must flag it (a longer hit can admit a head that the token budget refused)."""
+    kv = TieredKVManager(7, 2, 0.0, host_blocks=8)
+    a, b = (RequestSpec(id=i, arrival_s=0.0, prompt_tokens=8, output_tokens=1, block_hashes=(5, 6), hash_block_tokens=4)
+            for i in (1, 2))
+    grower = RequestSpec(id=3, arrival_s=0.0, prompt_tokens=1, output_tokens=1)
+    assert kv.allocate(1, 4, spec=a)  # a's first chunk: its blocks 0-1 cache the prompt's first two
+    assert kv.allocate(2, 8, spec=b)  # b computes all four: the first two are cached already, so it caches 2-3
+    assert kv.allocate(3, 1, spec=grower)
+    kv.free(1)
+    kv.free(2)  # the queue: a's two (last first), then b's two (last first)
+    for t in (3, 5, 7, 9):  # two plain blocks, then two evictions: the prompt's first two go to host
+        assert kv.grow_one(3, t)
+    head = RequestSpec(id=4, arrival_s=0.0, prompt_tokens=9, output_tokens=1, block_hashes=(5, 6, 7), hash_block_tokens=4)
+    assert kv.prefix_hit(head, 9) == 4  # nothing on the GPU, two blocks in host
+    assert kv.evicts_watched(1)  # (a block of the head's chain goes to host: flagged, the cheap sufficient test)
+    assert kv.evicts_watched(2)
+    for t in (11, 13):
+        assert kv.grow_one(3, t)
+    assert kv.prefix_hit(head, 9) == 8  # the growth moved the head's next two blocks to host
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 120)), max_size=6), st.integers(0, 400), st.booleans())
+def test_a_lower_tier_run_is_the_plain_scans(spans, start, with_disk):
+    """``LowerTiers.run`` (slices of growing length looked up in C) counts what a scan from
+    ``start`` counts: the chain's hashes in host or disk up to the first in neither, on chains
+    whose runs are long enough for several slices. ``spans``: (place, hashes) of consecutive
+    stretches of the chain (0 host, 1 disk, 2 neither)."""
+    from sim.kv.tiers import LowerTiers
+
+    where = [w for w, k in spans for _ in range(k)]
+    t = LowerTiers(host_blocks=1000, disk_blocks=1000)
+    chain = list(range(100, 100 + len(where)))
+    t.host.add([h for h, w in zip(chain, where) if w == 0 or (w == 1 and not with_disk)])
+    t.disk.add([h for h, w in zip(chain, where) if w == 1 and with_disk])
+    expect = 0
+    for w in where[start:]:
+        if w > 1:
+            break
+        expect += 1
+    assert t.run(chain, start) == expect
+
+
+@settings(max_examples=300, deadline=None)
+@given(host=st.integers(1, 30), disk=st.sampled_from([0, 0, 12]), ops=st.lists(st.one_of(
+    st.tuples(st.just("offload"), st.integers(0, 8), st.integers(1, 12)),  # a stretch of the chain
+    st.tuples(st.just("load"), st.integers(0, 12), st.integers(1, 4)),
+    st.tuples(st.just("supersede"), st.integers(0, 12), st.just(1)),
+    st.tuples(st.just("run"), st.just(0), st.just(0))), max_size=60))
+# each way out of the lower tiers for a hash the kept answer counted (random draws seldom line
+# them up): a load, a supersede, host's drop without a disk, disk's drop
+@example(host=30, disk=0, ops=[("offload", 0, 5), ("run", 0, 0), ("load", 2, 1), ("run", 0, 0)])
+@example(host=30, disk=0, ops=[("offload", 0, 5), ("run", 0, 0), ("supersede", 1, 1), ("run", 0, 0)])
+@example(host=5, disk=0, ops=[("offload", 0, 5), ("run", 0, 0), ("offload", 8, 1), ("run", 0, 0)])
+@example(host=2, disk=12, ops=[("offload", 0, 5), ("run", 0, 0), ("offload", 5, 12), ("run", 0, 0)])
+def test_a_kept_lower_tier_run_follows_every_change(host, disk, ops):
+    """``LowerTiers.run`` resumes its last answer after a tier change unless a hash it counted
+    left the lower tiers (a drop from the last tier, a load, a supersede): on random offloads
+    (with host's and disk's drops), loads and supersedes, each answer is a fresh scan's."""
+    from sim.kv.tiers import LowerTiers
+
+    t = LowerTiers(host_blocks=host, disk_blocks=disk)
+    chain = list(range(0, 48, 2))  # one lookup's chain, asked again and again
+    for op, arg, k in ops:
+        if op == "offload":
+            t.offload([h for h in chain[arg:arg + k] if h not in t])
+        elif op == "load":
+            t.load([h for h in chain[arg:arg + k] if h in t])
+        elif op == "supersede" and chain[arg] in t:
+            t.supersede(chain[arg])
+        elif op == "run":
+            expect = 0
+            for h in chain[arg:]:
+                if h not in t:
+                    break
+                expect += 1
+            assert t.run(chain, arg) == expect

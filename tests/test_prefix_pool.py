@@ -227,6 +227,7 @@ pool_ops = st.lists(st.one_of(
     st.tuples(st.just("take"), st.integers(1, 12), st.integers(0, 12)),  # take n, register the first m
     st.tuples(st.just("give"), st.integers(0, 99), st.booleans()),  # with the table's hashed count or not
     st.tuples(st.just("claim"), st.lists(st.integers(0, 99), max_size=6)),
+    st.tuples(st.just("reclaim"), st.integers(0, 99), st.integers(0, 12)),  # a freed table's head claimed back
     st.tuples(st.just("peek"), st.integers(0, 20), st.lists(st.integers(0, 99), max_size=4))),
     min_size=5, max_size=120)
 
@@ -235,12 +236,14 @@ pool_ops = st.lists(st.one_of(
 @given(n=st.integers(1, 40), ops=pool_ops)
 def test_the_run_queue_evicts_in_the_order_of_a_plain_list(n, ops):
     """The lru pool's runs of blocks (sliced when clean, stale entries skipped) take, evict and
-    peek exactly as one per-block list in free order, with claims from the middle of runs, and
-    a give told how many leading blocks carry a hash frees exactly as one that is not."""
+    peek exactly as one per-block list in free order, with claims from the middle of runs and of
+    a run's last entries (a preempted request's table claimed back from its head: cut from the
+    run), and a give told how many leading blocks carry a hash frees exactly as one that is not."""
     from sim.kv.prefix import CachedBlockPool
 
     pool, ref = CachedBlockPool(n, "lru"), QueueReference(n)
     tables: list[tuple[list[int], int]] = []  # (blocks, how many leading ones carry a hash; the rest none)
+    freed: list[list[int]] = []  # tables given back, newest last
     next_hash = 1000
     for op, *args in ops:
         if op == "take":
@@ -259,6 +262,19 @@ def test_the_run_queue_evicts_in_the_order_of_a_plain_list(n, ops):
             t, m = tables.pop(args[0] % len(tables))
             pool.give(t, m if args[1] else None)
             ref.give(t)
+            freed.append(t)
+        elif op == "reclaim" and freed:
+            # a hit on a freed table: its leading blocks that still carry a hash, up to a bound
+            t = freed[-1 - args[0] % len(freed)]
+            hit = []
+            for b in t[:args[1]]:
+                if b not in ref.hash_of:
+                    break
+                hit.append(b)
+            if hit:
+                pool.claim(hit)
+                ref.claim(hit)
+                tables.append((hit, len(hit)))
         elif op == "claim":
             # a hit: cached blocks found by hash, free or held
             hit = list(dict.fromkeys(b for b in (ref_b % n for ref_b in args[0]) if b in ref.hash_of))
@@ -280,3 +296,20 @@ def test_the_run_queue_evicts_in_the_order_of_a_plain_list(n, ops):
         ref.give(t)
     order = ref.cached[:]
     assert pool.take(pool.num_free)[len(ref.free):] == order
+
+
+def test_covered_calls_may_be_skipped_only_while_no_prompt_block_waits_to_be_offered():
+    """A call for tokens a request's blocks already cover registers its newly full prompt blocks,
+    so the schedulers may skip such calls (``covered_is_noop``) only while no request has a
+    prompt block left to offer to the cache."""
+    kv = PrefixKVManager(16, 4, 0.0)
+    s = RequestSpec(id=1, arrival_s=0.0, prompt_tokens=16, output_tokens=4, block_hashes=(7, 8), hash_block_tokens=8)
+    assert kv.covered_is_noop
+    assert kv.allocate(1, 6, spec=s)  # a first chunk: two blocks, the first full
+    assert len(kv.pool.block_of) == 1 and not kv.covered_is_noop
+    assert kv.allocate(1, 8)  # covered: the second block is full now, and offered
+    assert kv.tables[1] == [0, 1] and len(kv.pool.block_of) == 2 and not kv.covered_is_noop
+    assert kv.allocate(1, 16)  # the whole prompt: nothing left to offer
+    assert len(kv.pool.block_of) == 4 and kv.covered_is_noop
+    plain = RequestSpec(id=2, arrival_s=0.0, prompt_tokens=6, output_tokens=4)
+    assert kv.allocate(2, 3, spec=plain) and kv.covered_is_noop  # no hashes: nothing to offer

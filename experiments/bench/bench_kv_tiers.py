@@ -3,6 +3,7 @@ caching off, GPU-only prefix caching, and a host tier under it, side by side.
 
     python experiments/bench/bench_kv_tiers.py                    # 2,000 requests, 3 rounds
     python experiments/bench/bench_kv_tiers.py --num-requests 5000 --rounds 5 --host-gib 256
+    python experiments/bench/bench_kv_tiers.py --rate 0 --cost-model roofline   # the trace's times; the cache's share
 
 The trace (``../shared/traces``) runs through the default deployment (Llama-3.1-8B on one
 H100-SXM) at ``--rate`` requests per second in three configurations, each run in a fresh
@@ -83,17 +84,22 @@ def fingerprint(only: str | None) -> None:
               f"offloaded {pc['tiers']['host']['offloaded_blocks']}  dropped {pc['tiers']['dropped_blocks']}", flush=True)
 
 
-def bench(n: int, rounds: int, rate: float, host_gib: float, trace: Path) -> None:
+def bench(n: int, rounds: int, rate: float | None, host_gib: float, trace: Path, cost_model: str | None = None) -> None:
     if not trace.exists():
         print(f"skipped: {trace.name} not found under ../shared/traces")
         return
-    wl = {"trace": {"path": str(trace), "num_requests": n, "rate": rate}}
+    wl = {"trace": {"path": str(trace), "num_requests": n}}
+    if rate:
+        wl["trace"]["rate"] = rate
     ratios: dict[str, list] = {"gpu": [], "tiered": []}
     cpu_ratios: dict[str, list] = {"gpu": [], "tiered": []}
     for i in range(rounds):
         wall, cpu, line = {}, {}, []
         for name, kv in configs(host_gib).items():
-            r = fresh({"workload": wl, "kv": kv, "output": OUT})
+            cfg = {"workload": wl, "kv": kv, "output": OUT}
+            if cost_model:
+                cfg["cost"] = {"model": cost_model}
+            r = fresh(cfg)
             wall[name], cpu[name] = r["wall"], r["cpu"]
             line.append(f"{name} {wall[name]:.2f} s wall, {cpu[name]:.2f} s CPU ({r['steps']:,} steps, "
                         f"hit {r['hit']:.3f})")
@@ -105,7 +111,8 @@ def bench(n: int, rounds: int, rate: float, host_gib: float, trace: Path) -> Non
               f"{cpu_ratios['tiered'][-1]:.2f} CPU", flush=True)
     for name in ratios:
         r, c = ratios[name], cpu_ratios[name]
-        print(f"Mooncake conversation, {n:,} requests at {rate:g}/s, {name} caching"
+        print(f"Mooncake conversation, {n:,} requests at {f'{rate:g}/s' if rate else 'the trace rate'}, {name} caching"
+              + (f" ({cost_model} cost model)" if cost_model else "")
               + (f" ({host_gib:g} GiB host tier per GPU)" if name == "tiered" else "")
               + f" / caching off, median of {rounds} interleaved rounds of fresh processes: {statistics.median(r):.2f} "
               f"wall (min {min(r):.2f}, max {max(r):.2f}), {statistics.median(c):.2f} CPU time "
@@ -116,7 +123,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--num-requests", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--rate", type=float, default=0.5, help="requests per second (the trace is rescaled to it)")
+    ap.add_argument("--rate", type=float, default=0.5, help="requests per second (the trace is rescaled to it; 0: the "
+                    "trace's own times)")
+    ap.add_argument("--cost-model", default=None, help="cost.model of the timed runs (default: the config's, auto)")
     ap.add_argument("--host-gib", type=float, default=1024.0, help="host tier, GiB per GPU")
     ap.add_argument("--trace", type=Path, default=MOONCAKE, help="the Mooncake conversation trace")
     ap.add_argument("--fingerprint", action="store_true", help="print digests of tiered-cache runs instead")
@@ -125,7 +134,7 @@ def main() -> None:
     if a.fingerprint:
         fingerprint(a.only)
         return
-    bench(a.num_requests, a.rounds, a.rate, a.host_gib, a.trace)
+    bench(a.num_requests, a.rounds, a.rate, a.host_gib, a.trace, a.cost_model)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python experiments/bench/bench_prefix.py                     # 2,000 Mooncake requests, 3 pairs
     python experiments/bench/bench_prefix.py --num-requests 5000 --pairs 5
+    python experiments/bench/bench_prefix.py --cost-model roofline   # the cache's share, undiluted
     python experiments/bench/bench_prefix.py --fingerprint       # digests of prefix-caching runs
 
 The benchmark runs the Mooncake conversation trace (``../shared/traces``) through the default
@@ -83,7 +84,7 @@ def fingerprint(only: str | None) -> None:
               flush=True)
 
 
-def bench(n: int, pairs: int) -> None:
+def bench(n: int, pairs: int, cost_model: str | None = None) -> None:
     if not MOONCAKE.exists():
         print(f"skipped: {MOONCAKE.name} not found under ../shared/traces")
         return
@@ -91,14 +92,18 @@ def bench(n: int, pairs: int) -> None:
     for i in range(pairs):
         wall, cpu, steps = {}, {}, {}
         for on in (False, True):
-            r = fresh({"workload": mooncake(n), "kv": {"prefix_caching": on}, "output": OUT})
+            cfg = {"workload": mooncake(n), "kv": {"prefix_caching": on}, "output": OUT}
+            if cost_model:
+                cfg["cost"] = {"model": cost_model}
+            r = fresh(cfg)
             wall[on], cpu[on], steps[on] = r["wall"], r["cpu"], r["steps"]
         ratios.append(wall[True] / wall[False])
         cpu_ratios.append(cpu[True] / cpu[False])
         print(f"pair {i + 1}: uncached {wall[False]:6.2f} s wall, {cpu[False]:6.2f} s CPU ({steps[False]:,} steps); "
               f"cached {wall[True]:6.2f} s wall, {cpu[True]:6.2f} s CPU ({steps[True]:,} steps): "
               f"ratio {ratios[-1]:.2f} wall, {cpu_ratios[-1]:.2f} CPU", flush=True)
-    print(f"Mooncake conversation, {n:,} requests: cached / uncached, median of {pairs} interleaved pairs of fresh "
+    print(f"Mooncake conversation, {n:,} requests{f' ({cost_model} cost model)' if cost_model else ''}: cached / "
+          f"uncached, median of {pairs} interleaved pairs of fresh "
           f"processes: {statistics.median(ratios):.2f} wall (min {min(ratios):.2f}, max {max(ratios):.2f}), "
           f"{statistics.median(cpu_ratios):.2f} CPU time (min {min(cpu_ratios):.2f}, max {max(cpu_ratios):.2f})")
 
@@ -107,6 +112,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--num-requests", type=int, default=2000)
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--cost-model", default=None, help="cost.model of the timed runs (default: the config's, auto); "
+                    "roofline shows the cache's own share, which the kernel database's step pricing dilutes")
     ap.add_argument("--fingerprint", action="store_true", help="print digests of prefix-caching runs instead")
     ap.add_argument("--only", default=None, help="with --fingerprint: only configs whose name contains this")
     a = ap.parse_args()
@@ -114,7 +121,7 @@ def main() -> None:
     if a.fingerprint:
         fingerprint(a.only)
     else:
-        bench(a.num_requests, a.pairs)
+        bench(a.num_requests, a.pairs, a.cost_model)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ class KVManager:
     whose growth would evict one.)"""
     covered_is_noop = True
     """True when ``allocate`` for tokens a request's blocks already cover changes nothing (the
-    schedulers then skip the call on their hot path; prefix caching registers full blocks then)."""
+    schedulers then skip the call on their hot path; prefix caching registers full blocks then,
+    so it answers per moment: read once per ``schedule_running``)."""
     tiered = False
     """True for a manager with lower tiers (``sim.kv.tiers``), whose admissions may load blocks
     (``record_loads``)."""

@@ -185,11 +185,11 @@ class CachedBlockPool:
             del free[:head]
             head = 0
         self._free_head = head
-        if k < n:
-            out += self._evict(n - k)
         ref = self.ref
         for b in out:
             ref[b] = 1
+        if k < n:
+            out += self._evict(n - k)  # (referenced there)
         return out
 
     def evicts_any(self, n: int, blocks: dict) -> bool:
@@ -235,8 +235,42 @@ class CachedBlockPool:
             heapq.heappush(heap, e)
         return hit
 
+    def next_evicted(self, n: int) -> list[int]:
+        """The blocks the next ``n`` evictions would take (fewer when fewer are free and cached),
+        in that order; changes nothing (as ``evicts_any``)."""
+        out: list[int] = []
+        if n <= 0:
+            return out
+        if self.in_free_order:
+            run_of, ref = self._run_of, self.ref
+            for run in self._queue:
+                rb, h = run.blocks, run.head
+                if not run.stale:
+                    out += rb[h:h + n - len(out)]
+                else:
+                    for i in range(h, len(rb)):
+                        b = rb[i]
+                        if run_of[b] is run and not ref[b]:
+                            out.append(b)
+                            if len(out) == n:
+                                break
+                if len(out) >= n:
+                    break
+            return out
+        heap, version, ref, popped = self._heap, self._version, self.ref, []
+        while len(out) < n and heap:
+            e = heapq.heappop(heap)
+            popped.append(e)
+            b = e[2]
+            if e[3] == version[b] and ref[b] == 0:
+                out.append(b)
+        for e in popped:
+            heapq.heappush(heap, e)
+        return out
+
     def _evict(self, n: int) -> list[int]:
-        """The ``n`` free cached blocks with the smallest keys, their hashes dropped."""
+        """The ``n`` free cached blocks with the smallest keys, their hashes dropped, each now
+        referenced once (``take`` hands them out)."""
         hash_of, block_of, watched = self.hash_of, self.block_of, self.watched
         if self.in_free_order:
             queue, run_of, ref, out, need = self._queue, self._run_of, self.ref, [], n
@@ -269,11 +303,20 @@ class CachedBlockPool:
                 if v == version[b] and self.ref[b] == 0:
                     version[b] += 1
                     out.append(b)
+        ref = self.ref
         if self.on_evict is not None:  # a lower tier takes the evicted hashes, oldest first
-            self.on_evict([hash_of[b] for b in out])
-        for b in out:
-            del block_of[hash_of[b]]
-            hash_of[b] = None
+            hashes = list(map(hash_of.__getitem__, out))
+            self.on_evict(hashes)
+            for h in hashes:
+                del block_of[h]
+            for b in out:
+                hash_of[b] = None
+                ref[b] = 1
+        else:
+            for b in out:
+                del block_of[hash_of[b]]
+                hash_of[b] = None
+                ref[b] = 1
         if watched:
             for b in watched.keys() & out:
                 p = watched.pop(b)
@@ -292,12 +335,23 @@ class CachedBlockPool:
         for b in blocks:
             ref[b] += 1
         if nfree:
-            freed = blocks if nfree == len(blocks) else [b for b, r in zip(blocks, refs) if not r]
+            if nfree == len(blocks):
+                freed = blocks
+            elif refs[len(blocks) - nfree] == 0 and refs.index(0) == len(blocks) - nfree:
+                freed = blocks[len(blocks) - nfree:]  # (usually: held ones first, a shared prefix)
+            else:
+                freed = [b for b, r in zip(blocks, refs) if not r]
             self._evictable -= nfree
             if self.in_free_order:  # each leaves a stale entry in its run (its run_of stays, it is referenced)
                 runs = list(map(self._run_of.__getitem__, freed))
                 if countOf(runs, runs[0]) == nfree:  # (usually: one run, a preempted request's own blocks)
-                    runs[0].stale += nfree
+                    rb = runs[0].blocks
+                    if rb[len(rb) - nfree:] == freed[::-1]:
+                        # the run's last entries, the blocks of a table freed tail first and now
+                        # claimed back from its head (a hit is a prefix): cut, no stale entry left
+                        del rb[len(rb) - nfree:]
+                    else:
+                        runs[0].stale += nfree
                 else:
                     for run in runs:
                         run.stale += 1
@@ -327,15 +381,18 @@ class CachedBlockPool:
             if shared == hashed or max(refs[shared:]) == 1:
                 for b in blocks[:shared]:
                     ref[b] -= 1
-                for b in blocks[shared:]:
+                plain = blocks[hashed:]
+                for b in plain:
                     ref[b] = 0
-                free.extend(reversed(blocks[hashed:]))
+                plain.reverse()
+                free += plain
                 if shared == hashed:
                     return
                 cached = blocks[shared:hashed]
                 cached.reverse()
                 run = _Run(cached)
                 for b in cached:
+                    ref[b] = 0
                     run_of[b] = run
                 self._queue.append(run)
                 self._evictable += len(cached)
@@ -369,12 +426,14 @@ class CachedBlockPool:
             heapq.heappush(heap, (key(tick, hits[b], cached_at[b]), pushes, b, version[b]))
         self._pushes = pushes
 
-    def register(self, blocks, hashes) -> int:
+    def register(self, blocks, hashes, fresh: bool = False) -> int:
         """Give each newly filled block its hash (pairs from ``blocks`` and ``hashes``), unless
-        another block already caches that hash or the block has one; how many got one."""
+        another block already caches that hash or the block has one; how many got one.
+        ``fresh``: the caller knows that no block of ``blocks`` has a hash (each was taken
+        without one and is offered once: ``PrefixKVManager``)."""
         block_of, hash_of = self.block_of, self.hash_of
         if (self.in_free_order and block_of.keys().isdisjoint(hashes)
-                and countOf(map(hash_of.__getitem__, blocks), None) == len(blocks)):
+                and (fresh or countOf(map(hash_of.__getitem__, blocks), None) == len(blocks))):
             # the usual case in bulk: new hashes on blocks without one (no key to keep under lru)
             n0 = len(block_of)
             block_of.update(zip(hashes, blocks))
@@ -411,7 +470,6 @@ class PrefixKVManager(KVManager):
     # fast-forward asks ``evicts_watched`` and stops before such a step (the head's hits are the
     # blocks its last lookup watches: the scheduler tries the head only, head-of-line).
     static_refusal = True
-    covered_is_noop = False  # allocate registers newly full blocks in the cache even without growing
     bulk_growth = False  # growing may evict cached blocks and registers full ones
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, swap_blocks: int = 0,
@@ -426,6 +484,14 @@ class PrefixKVManager(KVManager):
         self._hashed: dict[int, int] = {}
         self._last_chain: tuple = (None, [])
         self._last_hits: tuple = (None, [])
+
+    @property
+    def covered_is_noop(self) -> bool:
+        """allocate registers newly full prompt blocks in the cache even without growing: a call
+        for covered tokens changes nothing only while no request has prompt blocks still to offer
+        (read once per ``schedule_running``, during which no request gains blocks to offer:
+        admissions come after it)."""
+        return not self._chains
 
     # free cached blocks count as free: the pool, not a count of blocks held, says what is in use
     @property
@@ -451,7 +517,18 @@ class PrefixKVManager(KVManager):
         self.held[req_id] = len(self.tables[req_id])
 
     def grow_one(self, req_id: int, total_tokens: int) -> bool:
-        return self.allocate(req_id, total_tokens)  # may evict and registers full blocks
+        """``allocate`` for one more block, without its layers when the request has no prompt
+        block left to offer (a decode): a tick, the free check, one block taken (may evict)."""
+        table = self.tables.get(req_id)
+        if table is None or req_id in self._chains or -(-total_tokens // self.block_size) != len(table) + 1:
+            return self.allocate(req_id, total_tokens)  # (registers full blocks)
+        pool = self.pool
+        pool.tick += 1
+        if pool.num_free < 1:
+            return False
+        table += pool.take(1)
+        self.held[req_id] = len(table)
+        return True
 
     def chain(self, spec) -> list[int]:
         """``spec``'s KV-block hash chain; the last one asked for is kept (the queue's head is
@@ -571,7 +648,7 @@ class PrefixKVManager(KVManager):
         lo = self._registered[req_id]
         upto = min(len(chain), total_tokens // self.block_size)
         if upto > lo:
-            got = self.pool.register(self.tables[req_id][lo:upto], chain[lo:upto])
+            got = self.pool.register(self.tables[req_id][lo:upto], chain[lo:upto], True)
             hashed = self._hashed
             hashed[req_id] = upto if got == upto - lo and hashed[req_id] == lo else -1
             self._registered[req_id] = lo = upto

@@ -180,6 +180,33 @@ class LruHashes(dict):
         """Take ``h`` out (it is here)."""
         self._batch_of[self.pop(h)][3] += 1
 
+    def remove_here(self, hashes: list[int]) -> list[int]:
+        """Take out each of ``hashes`` that is here; the others, in order."""
+        pop, batch_of, rest = self.pop, self._batch_of, []
+        for h in hashes:
+            tag = pop(h, None)
+            if tag is None:
+                rest.append(h)
+            else:
+                batch_of[tag][3] += 1
+        return rest
+
+    def oldest(self, n: int) -> list[int]:
+        """The ``n`` oldest hashes (fewer when fewer are here), oldest first; changes nothing."""
+        out, get = [], self.get
+        for hs, i, tag, stale in self._batches:
+            if not stale:
+                out += hs[i:i + n - len(out)]
+            else:
+                for h in hs[i:]:
+                    if get(h) == tag:
+                        out.append(h)
+                        if len(out) == n:
+                            break
+            if len(out) >= n:
+                break
+        return out
+
     def pop_oldest(self, n: int) -> list[int]:
         """Take out the ``n`` oldest hashes (n <= len(self)); they, oldest first."""
         out, batches, get, need = [], self._batches, self.get, n
@@ -226,6 +253,10 @@ class LowerTiers:
         self.tally = TierTally() if tally is None else tally
         self.version = 0  # changes whenever a hash enters or leaves a tier (the lookup memo)
         self._memo: tuple = (None, -1, -1, 0)  # (chain, start, version, answer)
+        # the hashes the memo's answer counted, and whether all of them are still in a tier (a
+        # hash leaves the lower tiers only by a drop from the last one, a load or a supersede)
+        self._counted: set = set()
+        self._memo_ok = False
 
     def __contains__(self, h: int) -> bool:
         return h in self.host or h in self.disk
@@ -249,10 +280,30 @@ class LowerTiers:
                 t.to_disk += over
             else:
                 t.dropped += over
+                self._left(gone)
         over = len(disk) - self.disk_blocks
         if over > 0:
-            disk.pop_oldest(over)
+            self._left(disk.pop_oldest(over))
             t.dropped += over
+
+    def _left(self, hashes) -> None:
+        """``hashes`` left the lower tiers: the memo of ``run`` holds while none was counted by it."""
+        if self._memo_ok and not self._counted.isdisjoint(hashes):
+            self._memo_ok = False
+
+    def drops_any(self, added: int, hashes: list[int]) -> bool:
+        """Whether offloading ``added`` more hashes now would drop one of ``hashes`` (each in host
+        or disk) out of the lower tiers; changes nothing. With a disk tier, any drop out of disk
+        counts (the hashes moved into it from host are not peeked)."""
+        host = self.host
+        over = len(host) + added - (self.host_blocks - (sum(self.swapped.values()) if self.swapped else 0))
+        if over <= 0:
+            return False
+        if self.disk_blocks:
+            return len(self.disk) + over > self.disk_blocks
+        # host's oldest leave (past them, hashes just offloaded: those were on the GPU, so none
+        # of ``hashes``, which are in a lower tier)
+        return not set(hashes).isdisjoint(host.oldest(min(over, len(host))))
 
     def pin(self) -> None:
         """A request was swapped out: make room for its pinned blocks."""
@@ -261,30 +312,47 @@ class LowerTiers:
 
     def run(self, chain: list[int], start: int) -> int:
         """How many of ``chain``'s hashes from ``start`` on sit in host or disk, up to the first
-        one in neither (the last answer is kept until a tier changes)."""
+        one in neither. The last answer is kept: while none of the hashes it counted has left the
+        lower tiers, a tier's change can only lengthen it, so the walk resumes where it stopped."""
         memo = self._memo
-        if memo[0] is chain and memo[1] == start and memo[2] == self.version:
-            return memo[3]
-        host, disk, n = self.host, self.disk, 0
-        for i in range(start, len(chain)):
-            h = chain[i]
-            if h not in host and h not in disk:
-                break
-            n += 1
+        if memo[0] is chain and memo[1] == start and self._memo_ok:
+            if memo[2] == self.version:
+                return memo[3]
+            i = start + memo[3]
+        else:
+            i = start
+            self._counted = set()
+            self._memo_ok = True
+        # in growing slices looked up in C (a tag is never None), cut at the first hash in neither tier
+        hget, dget, disk = self.host.get, self.disk.get, self.disk
+        i0, end, step = i, len(chain), 16
+        while i < end:
+            seg = chain[i:i + step]
+            found = list(map(hget, seg))
+            if None in found:
+                j = found.index(None)
+                if disk:
+                    while j < len(seg) and (found[j] is not None or dget(seg[j]) is not None):
+                        j += 1
+                if j < len(seg):
+                    i += j
+                    break
+            i += len(seg)
+            step = min(4 * step, 4096)
+        n = i - start
+        self._counted.update(chain[i0:i])
         self._memo = (chain, start, self.version, n)
         return n
 
     def load(self, hashes: list[int]) -> tuple[int, int]:
         """Take ``hashes`` (each in host or disk) out of their tiers to load them to the GPU;
         (blocks from host, blocks from disk)."""
-        host, disk, from_host = self.host, self.disk, 0
-        for h in hashes:
-            if h in host:
-                host.remove(h)
-                from_host += 1
-            else:
-                disk.remove(h)
-        from_disk = len(hashes) - from_host
+        rest = self.host.remove_here(hashes)
+        if rest:
+            self.disk.remove_here(rest)  # (each is there)
+        self._left(hashes)
+        from_disk = len(rest)
+        from_host = len(hashes) - from_disk
         self.tally.loaded_host += from_host
         self.tally.loaded_disk += from_disk
         self.version += 1
@@ -296,6 +364,7 @@ class LowerTiers:
             self.host.remove(h)
         else:
             self.disk.remove(h)
+        self._left((h,))
         self.tally.superseded += 1
         self.version += 1
 
@@ -309,7 +378,7 @@ class TieredBlockPool(CachedBlockPool):
         self.tiers = tiers
         self.on_evict = tiers.offload
 
-    def register(self, blocks, hashes) -> int:
+    def register(self, blocks, hashes, fresh: bool = False) -> int:
         tiers = self.tiers
         if tiers.host or tiers.disk:
             found = tiers.host.keys() & hashes  # (a set operation in C: most hashes are in no tier)
@@ -320,7 +389,7 @@ class TieredBlockPool(CachedBlockPool):
                 for b, h in zip(blocks, hashes):
                     if h in found and h not in block_of and hash_of[b] is None:
                         tiers.supersede(h)
-        return super().register(blocks, hashes)
+        return super().register(blocks, hashes, fresh)
 
 
 class TieredKVManager(PrefixKVManager):
@@ -329,8 +398,11 @@ class TieredKVManager(PrefixKVManager):
     preemption the host tier is the swap space (``swap_blocks`` = its size)."""
 
     tiered = True
-    # a lower tier's drops can shorten the waiting head's hit too: refusals are not static here
-    static_refusal = False
+    # A refused admission stays refused while the batch only decodes unless the head's hit moves:
+    # growth that evicts one of its GPU hit blocks (as without tiers), or a block caching a hash
+    # of its chain past that hit (host gains the hash: the lower-tier run may grow), or that
+    # drops a hash of its lower-tier run out of the last tier. ``evicts_watched`` peeks at all three.
+    static_refusal = True
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, *, host_blocks: int,
                  disk_blocks: int = 0, swap: bool = False, eviction: str = "lru", tally: TierTally | None = None):
@@ -338,11 +410,36 @@ class TieredKVManager(PrefixKVManager):
         self.tiers = LowerTiers(host_blocks, disk_blocks, tally, self.swapped)
         self.pool = TieredBlockPool(num_blocks, eviction, self.tiers)
         self.last_loads = (0, 0)  # (host, disk) blocks the last admission with a hit loaded
+        self._rest: tuple = (None, 0, set())  # (chain, GPU hit length, the chain's hashes past it): evicts_watched
 
     def prefix_hit(self, spec, num_tokens: int) -> int:
         chain = self.chain(spec)
         g = len(self._hit_blocks(chain))
         return usable_hit_tokens(g + self.tiers.run(chain, g), self.block_size, num_tokens)
+
+    def evicts_watched(self, n_blocks: int) -> bool:
+        """Whether taking ``n_blocks`` now could change the answer of the last hit lookup (the
+        waiting head's: ``static_refusal``): an eviction of one of its GPU hit blocks, or of a
+        block caching a hash of its chain past them, or a drop of a hash of its lower-tier run
+        out of the last tier."""
+        pool = self.pool
+        k = n_blocks - pool.num_plain_free
+        if k <= 0:
+            return False
+        if pool.cut is not None or (pool.watched and pool.evicts_any(k, pool.watched)):
+            return True
+        chain, hits = self._last_hits
+        if chain is None or len(hits) >= len(chain):
+            return False
+        g = len(hits)
+        rest = self._rest
+        if rest[0] is not chain or rest[1] != g:
+            rest = self._rest = (chain, g, set(chain[g:]))
+        evicted = pool.next_evicted(k)
+        if not rest[2].isdisjoint(map(pool.hash_of.__getitem__, evicted)):
+            return True
+        run = self.tiers.run(chain, g)
+        return run > 0 and self.tiers.drops_any(len(evicted), chain[g:g + run])
 
     def _loadable(self, chain: list[int], start: int, end: int) -> bool:
         return self.tiers.run(chain, start) >= end - start
