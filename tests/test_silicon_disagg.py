@@ -96,9 +96,11 @@ def test_an_inferencemax_row_gets_its_recipes_decode_batch():
     assert silicon.disagg_limits(recipe_row(60)) == ({}, {"max_num_seqs": 4})
     assert silicon.disagg_limits(recipe_row(61)) == ({}, {})
     assert silicon.disagg_limits(recipe_row(135, backend="sglang")) == ({}, {})
-    assert dl.recipe_decode_batch("gb200", "fp4", 1024, 8192, (1, 1, 4), (15, 4, 2), 135) is None  # decode DP
-    assert dl.recipe_decode_batch("gb200", "fp4", 1024, 8192, (1, 4, 1), (15, 4, 1), 135) is None  # TEP prefill
-    assert dl.recipe_decode_batch("gb300", "fp8", 1024, 1024, (1, 1, 4), (4, 8, 1), 24) == 4
+    assert silicon.disagg_limits(recipe_row(135, model_path="moonshotai/Kimi-K2.5")) == ({}, {})  # not read
+    r1 = "deepseek-r1"
+    assert dl.recipe_decode_batch(r1, "gb200", "fp4", 1024, 8192, (1, 1, 4), (15, 4, 2), 135) is None  # decode DP
+    assert dl.recipe_decode_batch(r1, "gb200", "fp4", 1024, 8192, (1, 4, 1), (15, 4, 1), 135) is None  # TEP prefill
+    assert dl.recipe_decode_batch(r1, "gb300", "fp8", 1024, 1024, (1, 1, 4), (4, 8, 1), 24) == 4
     pools = silicon.disagg_pools(recipe_row(61))
     assert all("scheduler" not in p for p in pools)
 

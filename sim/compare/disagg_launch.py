@@ -99,14 +99,15 @@ DECODE_BATCH: dict[tuple, dict[int, int]] = {
 }
 
 
-def recipe_decode_batch(system: str, precision: str, isl: int, osl: int, prefill: tuple[int, int, int],
+def recipe_decode_batch(model: str, system: str, precision: str, isl: int, osl: int, prefill: tuple[int, int, int],
                         decode: tuple[int, int, int], concurrency: int) -> int | None:
     """Each decode worker's ``max_batch_size`` in the InferenceMAX recipe of a DeepSeek-R1 TRT-LLM
-    row (``DECODE_BATCH``), None where no recipe read matches. ``prefill`` and ``decode``: (workers,
-    attention tp, attention-DP ranks) of each side as the csv records them; only attention-DP
-    prefill workers and decode workers without attention DP are listed."""
+    row (``DECODE_BATCH``), None where no recipe read matches (other models: their recipes were
+    not read). ``prefill`` and ``decode``: (workers, attention tp, attention-DP ranks) of each side
+    as the csv records them; only attention-DP prefill workers and decode workers without
+    attention DP are listed."""
     pw, ptp, pdp = prefill
     dw, dtp, ddp = decode
-    if pdp <= 1 or ddp != 1:
+    if model != "deepseek-r1" or pdp <= 1 or ddp != 1:
         return None
     return DECODE_BATCH.get((system, precision, isl, osl, pw, ptp * pdp, dw, dtp), {}).get(concurrency)

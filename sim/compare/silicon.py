@@ -269,7 +269,7 @@ def disagg_limits(r) -> tuple[dict, dict]:
                                    int(r["isl"]))
     if r.get("backend") == "trtllm" and inferencemax(r):
         side = {tag: (int(r[f"{tag}_workers"]), int(r[f"{tag}_tp"]), int(r[f"{tag}_dp"])) for tag in "pd"}
-        batch = dl.recipe_decode_batch(r["system"], r["precision"], int(r["isl"]), int(r["osl"]), side["p"],
+        batch = dl.recipe_decode_batch(r["model"], r["system"], r["precision"], int(r["isl"]), int(r["osl"]), side["p"],
                                        side["d"], int(r["concurrency"]))
         if batch is not None:
             return {}, {"max_num_seqs": batch}
