@@ -28,9 +28,11 @@ counted by reason.
 Disaggregated rows (``mode`` disagg, ``select_disagg``): each side's workers and placement
 (``disagg_placement``) become a prefill pool and a decode pool (``disagg_pools``) on the row's
 GPU, with the KV link of the cards; the same client, the framework's default settings (the
-InferenceMAX launch scripts are single-node aggregated ones: ``launch_script`` returns None) and
-the closed loop at the row's concurrency; the client's first token streams from the decode
-worker (``disagg_run``). Rows whose worker counts the csv does not record are counted apart.
+InferenceMAX launch scripts are single-node aggregated ones: ``launch_script`` returns None) with
+each pool's launch limits (``disagg_limits``: the recipes' decode batch, aiconfigurator's
+generator rules) and the closed loop at the row's concurrency; the client's first token streams
+from the decode worker (``disagg_run``). Rows whose worker counts the csv does not record are
+counted apart.
 """
 from __future__ import annotations
 
