@@ -141,6 +141,24 @@ class PoolParallelism(_Strict):
         "top-level parallelism.dp)"))
 
 
+class PoolScheduler(_Strict):
+    """One pool's scheduler limits (``cluster.pools[i].scheduler``): what its engines were launched
+    with where it differs from the top-level ``scheduler`` (disaggregated deployments size the
+    prefill and the decode workers apart: TRT-LLM ``max_batch_size`` / ``max_num_tokens``, vLLM
+    ``--max-num-seqs`` / ``--max-num-batched-tokens``, SGLang ``--max-running-requests`` /
+    ``--chunked-prefill-size``). The policy and its other knobs stay the top-level ones."""
+
+    max_num_seqs: int | None = Field(default=None, ge=1, le=1_000_000, description=(
+        "most sequences in one step of each rank of this pool (default: scheduler.max_num_seqs)"))
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=10_000_000, description=(
+        "most new tokens in one step of each rank of this pool (default: scheduler.max_num_batched_tokens)"))
+
+    def overrides(self) -> dict:
+        """The knobs given ({} when none)."""
+        return {k: v for k, v in (("max_num_seqs", self.max_num_seqs),
+                                  ("max_num_batched_tokens", self.max_num_batched_tokens)) if v is not None}
+
+
 class Pool(_Strict):
     """One pool of identical replicas (``cluster.pools``; ``sim/cluster/pools.py``): its GPU,
     dtype, parallelism, count, role and price."""
@@ -161,6 +179,8 @@ class Pool(_Strict):
         "GB/s per direction one replica of this pool sends or receives KV at (default: the card's host "
         "link per direction times the replica's GPUs); cluster.kv_transfer_gbps overrides every pool's"))
     autoscale: PoolAutoscale | None = None
+    scheduler: PoolScheduler | None = Field(default=None, description=(
+        "this pool's scheduler limits where they differ from the top-level scheduler's"))
 
     @field_validator("hardware")
     @classmethod
@@ -511,7 +531,7 @@ class Config(_Strict):
         if not pools:
             return self
         card = get_model(self.model)
-        from sim.cluster.pools import fleet, pool_parallelism
+        from sim.cluster.pools import fleet, pool_parallelism, pool_scheduler
 
         for i, p in enumerate(pools):
             tp, pp, ep, dp = pool_parallelism(self, p)
@@ -527,6 +547,11 @@ class Config(_Strict):
                 if self.faults.events:
                     raise ValueError(f"cluster.pools[{i}].parallelism.dp ({p.name}): faults are not simulated with "
                                      "attention data parallelism yet; use dp=1 or no faults")
+            if p.scheduler is not None and p.scheduler.overrides():
+                try:
+                    pool_scheduler(self.scheduler, p.scheduler).knobs()
+                except (ValueError, TypeError) as e:
+                    raise ValueError(f"cluster.pools[{i}].scheduler ({p.name}): {str(e).splitlines()[0]}") from None
             dtype = p.dtype or self.dtype
             try:
                 get_hardware(p.hardware).check_dtype(dtype)

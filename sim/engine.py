@@ -255,7 +255,8 @@ class Engine:
         _, mem, cost = self.parts[pool.key]
         kv = make_kv_manager(cfg.kv, mem.num_gpu_blocks, mem.block_bytes, self.tiers)
         seed = [cfg.seed, 1, i] + ([lives] if lives else [])  # the policy's own stream (predictors)
-        sched = self.sched_cls(self.knobs, kv, rng=np.random.default_rng(seed), max_context=self.model.max_context)
+        sched = self.sched_cls(pool.knobs or self.knobs, kv, rng=np.random.default_rng(seed),  # a pool's own limits
+                               max_context=self.model.max_context)
         if cfg.speculative.enabled:
             sched.spec_tokens = cfg.speculative.num_speculative_tokens
         return Replica(i, sched, kv, cost, self, pool)

@@ -107,6 +107,27 @@ def test_kv_transfer_runs_at_the_slower_ends_link(tmp_path, pre, dec, link):
     assert res.summary["pools"]["p"]["requests_handed_off"] == 1 and res.summary["pools"]["d"]["requests_served"] == 1
 
 
+def test_a_pools_own_scheduler_limits_drive_its_replicas(tmp_path):
+    """``cluster.pools[i].scheduler``: a decode pool of one sequence a step decodes two requests
+    one after the other (the second waits for the first to finish), a prefill pool whose token
+    budget holds one prompt prefills them one a step; the other pool keeps the top-level limits."""
+    rows = [(0, 600, 5), (0, 600, 5)]
+    def run(pre, dec):
+        return simulate(tiny_config(cluster={"pools": [pool("p", role="prefill", **pre), pool("d", role="decode", **dec)]},
+                                    workload=trace(tmp_path, rows)))
+    free = run({}, {})
+    capped = run({"scheduler": {"max_num_batched_tokens": 600}}, {"scheduler": {"max_num_seqs": 1}})
+    batch = lambda res, rep: list(res.steps[res.steps.replica == rep].batch_size)
+    assert batch(free, 0) == [2] and max(batch(free, 1)) == 2  # both prompts in one step, decoded together
+    assert batch(capped, 0) == [1, 1] and batch(capped, 1) == [1] * 8  # 4 decode steps each, one at a time
+    d = capped.steps[capped.steps.replica == 1]
+    first, second = capped.requests.sort_values("e2e_s").itertuples()
+    assert d.start_s.iloc[4] == pytest.approx(first.e2e_s, rel=1e-12)  # the second decodes once the first ends
+    eng = Engine(load_config(tiny_config(cluster={"pools": [pool("p", role="prefill"),
+                                                            pool("d", role="decode", scheduler={"max_num_seqs": 3})]})))
+    assert [r.scheduler.knobs.max_num_seqs for r in eng.replicas] == [256, 3]
+
+
 def test_kv_transfer_gbps_overrides_both_ends(tmp_path):
     prompt = 1000
     pools = [pool("p", "a100-80gb", "prefill"), pool("d", "h100-sxm", "decode", kv_link_gbps=1.0)]
@@ -246,6 +267,12 @@ def test_fast_paths_on_equal_off_on_a_heterogeneous_fleet(seed):
     ([pool("a"), pool("a")], {}, "cluster.pools[1].name: 'a' is already pool 0's name"),
     ([pool("a"), pool("b", tp=3)], {}, "cluster.pools[1].parallelism (b): tp=3 does not divide"),
     ([pool("a"), pool("b", "a100-80gb", dtype="fp8")], {}, "cluster.pools[1].dtype (b): fp8"),
+    ([pool("p", role="prefill"), pool("d", role="decode", scheduler={"max_num_seqs": 0})], {},
+     "cluster.pools[1].scheduler.max_num_seqs: Input should be greater than or equal to 1"),
+    ([pool("p", role="prefill", scheduler={"max_num_batched_tokens": -5}), pool("d", role="decode")], {},
+     "cluster.pools[0].scheduler.max_num_batched_tokens: Input should be greater than or equal to 1"),
+    ([pool("p", role="prefill"), pool("d", role="decode", scheduler={"max_batch": 4})], {},
+     "cluster.pools[1].scheduler.max_batch"),
 ])
 def test_bad_pools_are_one_line_naming_the_pool_and_key(tmp_path, capsys, tripwire, pools, extra, message):
     import yaml

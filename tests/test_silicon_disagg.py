@@ -74,10 +74,72 @@ def test_a_row_becomes_a_prefill_pool_and_a_decode_pool():
         {"name": "prefill", "hardware": "gb200", "role": "prefill", "replicas": 1,
          "parallelism": {"tp": 1, "ep": 4, "dp": 4}},
         {"name": "decode", "hardware": "gb200", "role": "decode", "replicas": 15,
-         "parallelism": {"tp": 4, "ep": 4, "dp": 1}}]
+         "parallelism": {"tp": 4, "ep": 4, "dp": 1}, "scheduler": {"max_num_seqs": 8}}]  # its recipe's batch8
     assert "parallelism" not in cfg
     c = load_config(cfg)  # a valid config: the model fits each pool's GPUs
     assert c.cluster.replicas == 16 and c.workload.closed_loop.clients == 135
+
+
+def recipe_row(conc: int, **kw) -> dict:
+    rows, _ = silicon.select(pd.DataFrame([drow(silicon_data_source=f"db-dump/2026-04-27; config_id=374; "
+                                                                    f"silicon_concurrency={conc}", **kw)]), mode="disagg")
+    return rows.iloc[0].to_dict()
+
+
+def test_an_inferencemax_row_gets_its_recipes_decode_batch():
+    """GB200 fp4 1k/8k, one DEP4 prefill worker and 15 TEP4 decode workers: InferenceMAX ran
+    ctx1_gen15_tep4_batch4 at 60 clients and ..._batch8 at 135 (disagg_launch.DECODE_BATCH); a
+    concurrency no recipe lists, another provenance or an attention-DP decode side get none."""
+    from sim.compare import disagg_launch as dl
+
+    assert silicon.disagg_limits(recipe_row(135)) == ({}, {"max_num_seqs": 8})
+    assert silicon.disagg_limits(recipe_row(60)) == ({}, {"max_num_seqs": 4})
+    assert silicon.disagg_limits(recipe_row(61)) == ({}, {})
+    assert silicon.disagg_limits(recipe_row(135, backend="sglang")) == ({}, {})
+    assert silicon.disagg_limits(recipe_row(135, model_path="moonshotai/Kimi-K2.5")) == ({}, {})  # not read
+    r1 = "deepseek-r1"
+    assert dl.recipe_decode_batch(r1, "gb200", "fp4", 1024, 8192, (1, 1, 4), (15, 4, 2), 135) is None  # decode DP
+    assert dl.recipe_decode_batch(r1, "gb200", "fp4", 1024, 8192, (1, 4, 1), (15, 4, 1), 135) is None  # TEP prefill
+    assert dl.recipe_decode_batch(r1, "gb300", "fp8", 1024, 1024, (1, 1, 4), (4, 8, 1), 24) == 4
+    pools = silicon.disagg_pools(recipe_row(61))
+    assert all("scheduler" not in p for p in pools)
+
+
+def test_the_generators_limits_for_each_backend():
+    """aiconfigurator's generator rules: prefill max_batch_size = the row's prefill batch size;
+    the decode batch 512 below 512 (else twice it) on TRT-LLM and vLLM, the row's own on SGLang;
+    token budgets isl + 1500 (TRT-LLM: rounded up to 32-token blocks)."""
+    from sim.compare.disagg_launch import generated_limits
+
+    assert generated_limits("trtllm", 1, 80, 15000) == (
+        {"max_num_seqs": 1, "max_num_batched_tokens": 16512}, {"max_num_seqs": 512, "max_num_batched_tokens": 512})
+    assert generated_limits("trtllm", 2, 600, 1000) == (
+        {"max_num_seqs": 2, "max_num_batched_tokens": 2528}, {"max_num_seqs": 1200, "max_num_batched_tokens": 1216})
+    assert generated_limits("sglang", 1, 48, 4000) == (
+        {"max_num_seqs": 1, "max_num_batched_tokens": 5500}, {"max_num_seqs": 48, "max_num_batched_tokens": 5500})
+    assert generated_limits("vllm", 1, 24, 4000) == (
+        {"max_num_seqs": 1, "max_num_batched_tokens": 5500}, {"max_num_seqs": 512, "max_num_batched_tokens": 512})
+    with pytest.raises(ValueError, match="unknown backend"):
+        generated_limits("mystery", 1, 1, 1)
+
+
+def test_a_gap_analysis_row_becomes_pools_with_its_prefill_and_decode_batch():
+    """A gap-analysis row (SGLang, Qwen3-32B on H100): its prefill_batch_size (1) is each prefill
+    worker's limit and its decode_batch_size (48) each decode worker's, as the generator launched them."""
+    gap = drow(id="gap", silicon_data_source="source_file=/x/aic-auto-gap-analysis/data/h100_sxm/sglang/q.csv; "
+                                             "silicon_concurrency=528",
+               backend="sglang", model_path="Qwen/Qwen3-32B", system="h100_sxm", precision="bf16", isl=4000,
+               osl=1000, prefill_num_workers=5.0, prefill_attention_dp_size=1.0, prefill_moe_ep_size=float("nan"),
+               prefill_moe_tp_size=float("nan"), decode_num_workers=11.0, decode_tp_size=1.0,
+               decode_moe_ep_size=float("nan"), decode_moe_tp_size=float("nan"), decode_batch_size=48.0)
+    rows, _ = silicon.select(pd.DataFrame([gap]), mode="disagg")
+    pools = silicon.disagg_pools(rows.iloc[0].to_dict())
+    assert [p["scheduler"] for p in pools] == [{"max_num_seqs": 1, "max_num_batched_tokens": 5500},
+                                               {"max_num_seqs": 48, "max_num_batched_tokens": 5500}]
+    c = load_config(silicon.row_config(rows.iloc[0].to_dict(), "roofline", silicon.CLIENTS["fixed"]))
+    from sim.cluster.pools import fleet
+
+    assert [(p.knobs.max_num_seqs, p.knobs.max_num_batched_tokens) for p in fleet(c)] == [(1, 5500), (48, 5500)]
 
 
 def test_the_first_token_streams_from_the_decode_worker(tmp_path):

@@ -51,6 +51,7 @@ class PoolSpec:
     index: int = 0  # position in cluster.pools (error messages)
     ep: int = 1  # expert-parallel degree over a replica's tp x dp GPUs
     dp: int = 1  # attention data-parallel ranks of a replica (an expert group: the engine's ``_group``)
+    knobs: object = None  # this pool's scheduler Knobs (``cluster.pools[i].scheduler``); None: the top-level ones
 
     @property
     def gpus_per_rank(self) -> int:
@@ -69,8 +70,10 @@ class PoolSpec:
 
     @property
     def key(self) -> tuple:
-        """Pools with the same key share one cost model and one memory plan."""
-        return (self.hardware, self.dtype, self.tp, self.pp, self.ep, self.dp)
+        """Pools with the same key share one cost model and one memory plan (whose activation peak
+        follows the pool's token budget: a pool with its own limits plans its own)."""
+        own = () if self.knobs is None else (self.knobs.max_num_batched_tokens,)
+        return (self.hardware, self.dtype, self.tp, self.pp, self.ep, self.dp, *own)
 
     @property
     def serves_arrivals(self) -> bool:
@@ -96,12 +99,21 @@ def fleet(cfg) -> list[PoolSpec]:
     for i, p in enumerate(c.pools):
         tp, pp, ep, dp = pool_parallelism(cfg, p)
         dtype = p.dtype or cfg.dtype
-        pcfg = cfg.model_copy(update={"hardware": p.hardware, "dtype": dtype,
-                                      "parallelism": Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)})
+        update = {"hardware": p.hardware, "dtype": dtype, "parallelism": Parallelism(tp=tp, pp=pp, ep=ep, dp=dp)}
+        own = p.scheduler is not None and bool(p.scheduler.overrides())
+        if own:  # (its memory plan then sizes the activation peak by its own token budget)
+            update["scheduler"] = pool_scheduler(cfg.scheduler, p.scheduler)
+        pcfg = cfg.model_copy(update=update)
         out.append(PoolSpec(p.name, p.role, p.hardware, dtype, tp, pp, p.replicas, pcfg, p.price,
                             p.kv_link_gbps, p.autoscale if p.autoscale is not None and p.autoscale.enabled else None,
-                            i, ep, dp))
+                            i, ep, dp, pcfg.scheduler.knobs() if own else None))
     return out
+
+
+def pool_scheduler(section, own):
+    """The ``scheduler`` section a pool's engines run: the top-level ``section`` (its policy and
+    knobs) with the pool's own limits (``own``: a ``cluster.pools[i].scheduler``) in place."""
+    return type(section)(**{"name": section.name, **(section.model_extra or {}), **own.overrides()})
 
 
 def pool_parallelism(cfg, pool) -> tuple[int, int, int, int]:

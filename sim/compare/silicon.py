@@ -28,9 +28,11 @@ counted by reason.
 Disaggregated rows (``mode`` disagg, ``select_disagg``): each side's workers and placement
 (``disagg_placement``) become a prefill pool and a decode pool (``disagg_pools``) on the row's
 GPU, with the KV link of the cards; the same client, the framework's default settings (the
-InferenceMAX launch scripts are single-node aggregated ones: ``launch_script`` returns None) and
-the closed loop at the row's concurrency; the client's first token streams from the decode
-worker (``disagg_run``). Rows whose worker counts the csv does not record are counted apart.
+InferenceMAX launch scripts are single-node aggregated ones: ``launch_script`` returns None) with
+each pool's launch limits (``disagg_limits``: the recipes' decode batch, aiconfigurator's
+generator rules) and the closed loop at the row's concurrency; the client's first token streams
+from the decode worker (``disagg_run``). Rows whose worker counts the csv does not record are
+counted apart.
 """
 from __future__ import annotations
 
@@ -256,14 +258,37 @@ def select_disagg(df: pd.DataFrame, *, models=None, systems=None, backends=None,
     return df.reset_index(drop=True), skipped
 
 
+def disagg_limits(r) -> tuple[dict, dict]:
+    """(prefill, decode) scheduler limits of a disaggregated row's workers as launched
+    (``sim.compare.disagg_launch``): for aiconfigurator's gap-analysis rows, what its generator
+    writes for the row's ``prefill_batch_size`` and ``decode_batch_size``; for InferenceMAX's
+    DeepSeek-R1 TRT-LLM rows, the decode ``max_batch_size`` of the recipe the row's layout and
+    concurrency name; else none ({}: the framework's defaults, ``server``)."""
+    from sim.compare import disagg_launch as dl
+
+    if aiconfigurator_generated(r):
+        return dl.generated_limits(r["backend"], _num(r, "prefill_batch_size"), _num(r, "decode_batch_size"),
+                                   int(r["isl"]))
+    if r.get("backend") == "trtllm" and inferencemax(r):
+        side = {tag: (int(r[f"{tag}_workers"]), int(r[f"{tag}_tp"]), int(r[f"{tag}_dp"])) for tag in "pd"}
+        batch = dl.recipe_decode_batch(r["model"], r["system"], r["precision"], int(r["isl"]), int(r["osl"]), side["p"],
+                                       side["d"], int(r["concurrency"]))
+        if batch is not None:
+            return {}, {"max_num_seqs": batch}
+    return {}, {}
+
+
 def disagg_pools(r) -> list[dict]:
     """The ``cluster.pools`` of a disaggregated row: a prefill pool of ``prefill_num_workers``
     replicas and a decode pool of ``decode_num_workers``, each with its side's tp, ep and dp, on
-    the row's GPU; the KV link the cards' (``sim.cluster.pools.link_bytes_per_s``)."""
+    the row's GPU, and its workers' launch limits (``disagg_limits``); the KV link the cards'
+    (``sim.cluster.pools.link_bytes_per_s``)."""
+    limits = dict(zip(SIDES, disagg_limits(r)))
+
     def one(tag, side):
         par = {"tp": int(r[f"{tag}_tp"]), "ep": int(r[f"{tag}_ep"]), "dp": int(r[f"{tag}_dp"])}
         return {"name": side, "hardware": r["hardware"], "role": side, "replicas": int(r[f"{tag}_workers"]),
-                "parallelism": par}
+                "parallelism": par, **({"scheduler": limits[side]} if limits[side] else {})}
 
     return [one("p", "prefill"), one("d", "decode")]
 

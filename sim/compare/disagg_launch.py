@@ -1,0 +1,113 @@
+"""The scheduler limits each worker of a disaggregated silicon row was launched with
+(``validate-silicon --modes disagg``; docs/kernel_database.md, "Disaggregated rows"): what
+``disagg_pools`` gives each pool as ``cluster.pools[i].scheduler``.
+
+Two provenances, two sources:
+
+- **aiconfigurator's gap-analysis rows** (``silicon_data_source`` under ``/aic-auto-gap-analysis/``)
+  ran the workers aiconfigurator's generator writes for the row's ``prefill_batch_size`` and
+  ``decode_batch_size`` (the ``(p)bs`` and ``(d)bs`` its estimator takes): ``generated_limits``.
+- **InferenceMAX's rows** (the database dump) ran its multi-node recipes: each decode worker's
+  ``max_batch_size`` is the ``batchN`` of the recipe the row's configuration and concurrency name
+  (``DECODE_BATCH``). There the csv's ``prefill_batch_size`` (1 on every row) and
+  ``decode_batch_size`` (the concurrency over the decode ranks) are the estimator's inputs, not
+  launch settings: the recipes set the prefill worker's batch (``max_batch_size: 8`` with
+  ``max_num_tokens: 8192`` in the 1k/1k one read in full), and decode batches below the
+  concurrency per worker, so requests wait for a decode slot after their prefill.
+"""
+from __future__ import annotations
+
+import math
+
+GENERATOR_SOURCE = ("aiconfigurator generator rules (ai-dynamo/aiconfigurator "
+                    "src/aiconfigurator/generator/rule_plugin/{trtllm,sglang,vllm}.rule, commits 17676b35, "
+                    "1089dfa8, 11324a64)")
+"""Where ``generated_limits`` is read from."""
+TOKENS_PER_BLOCK = 32  # the TRT-LLM rule rounds max_num_tokens up to KV blocks of 32 tokens
+
+
+def _blocks(n: int) -> int:
+    return math.ceil(n / TOKENS_PER_BLOCK) * TOKENS_PER_BLOCK
+
+
+def generated_limits(backend: str, prefill_bs: int, decode_bs: int, isl: int) -> tuple[dict, dict]:
+    """(prefill, decode) scheduler limits aiconfigurator's generator (``GENERATOR_SOURCE``) writes
+    for disaggregated workers of batch sizes ``prefill_bs`` and ``decode_bs`` serving prompts of
+    ``isl`` tokens:
+
+    - TRT-LLM: prefill ``max_batch_size`` = prefill_bs, ``max_num_tokens`` = isl + 1500 rounded up
+      to blocks of 32; decode ``max_batch_size`` = 512 below a batch of 512 (else twice it),
+      ``max_num_tokens`` = that rounded up to blocks of 32;
+    - SGLang: prefill ``max_batch_size`` = prefill_bs, decode ``max_batch_size`` = decode_bs (its
+      ``--max-running-requests``), ``max_prefill_tokens`` = isl + 1500 on both;
+    - vLLM: prefill ``max_batch_size`` = prefill_bs, ``max_num_tokens`` = isl + 1500; decode
+      ``max_batch_size`` as TRT-LLM's, ``max_num_tokens`` = that batch.
+    As ``max_num_seqs`` / ``max_num_batched_tokens`` of each pool."""
+    decode_big = 512 if decode_bs < 512 else 2 * decode_bs
+    if backend == "trtllm":
+        return ({"max_num_seqs": prefill_bs, "max_num_batched_tokens": _blocks(isl + 1500)},
+                {"max_num_seqs": decode_big, "max_num_batched_tokens": _blocks(decode_big)})
+    if backend == "sglang":
+        return ({"max_num_seqs": prefill_bs, "max_num_batched_tokens": isl + 1500},
+                {"max_num_seqs": decode_bs, "max_num_batched_tokens": isl + 1500})
+    if backend == "vllm":
+        return ({"max_num_seqs": prefill_bs, "max_num_batched_tokens": isl + 1500},
+                {"max_num_seqs": decode_big, "max_num_batched_tokens": decode_big})
+    raise ValueError(f"generated_limits: unknown backend {backend!r}")
+
+
+RECIPES_SOURCE = ("InferenceMAX .github/configs/nvidia-master.yaml (SemiAnalysisAI/InferenceX, commit 0004cf5f): "
+                  "the dynamo-trt entries' CONFIG_FILE recipe names (srt-slurm, branch sa-submission-q1-2026, "
+                  "recipes/trtllm/<system>-<precision>/<isl><osl>/{stp,mtp}/ctx<P>_gen<D>_{tep,dep}<N>_batch<B>_...), "
+                  "and NVIDIA/srt-slurm recipes/trtllm/gb300-fp8 (commit 3aea7261; "
+                  "1k1k/stp/ctx1_gen4_tep8_batch4_eplb0_mtp0_24.yaml read in full: decode max_batch_size 4)")
+"""Where ``DECODE_BATCH`` is read from."""
+
+DECODE_BATCH: dict[tuple, dict[int, int]] = {
+    # (system, csv precision, isl, osl, prefill workers, prefill GPUs per worker, decode workers,
+    #  decode GPUs per worker) -> {concurrency: each decode worker's max_batch_size}
+    # InferenceMAX's DeepSeek-R1 TRT-LLM recipes with attention-DP prefill workers and TEP decode
+    # workers (no attention DP: where the batch can bind). Where an STP and an MTP recipe share a
+    # layout and a concurrency with different batches, the STP one: the rows' configuration ids
+    # also ran concurrencies only the STP entries list (noted at the entry).
+    ("b200_sxm", "fp4", 1024, 1024, 1, 4, 5, 8): {**{c: 32 for c in (10, 15, 25, 45, 90, 180)}, 6: 1},
+    ("b200_sxm", "fp4", 1024, 1024, 1, 4, 6, 8): {450: 64},
+    ("b200_sxm", "fp4", 8192, 1024, 1, 4, 5, 8): {**{c: 8 for c in (10, 15, 25, 50, 100)}, 6: 1},
+    ("b200_sxm", "fp4", 8192, 1024, 2, 4, 5, 8): {370: 64},
+    ("b200_sxm", "fp8", 8192, 1024, 1, 8, 1, 8): {1: 1},
+    ("b200_sxm", "fp8", 8192, 1024, 1, 8, 4, 8): {32: 32, 128: 32},
+    ("b200_sxm", "fp8", 8192, 1024, 1, 8, 6, 8): {96: 16},
+    ("gb200", "fp4", 1024, 1024, 1, 4, 4, 8): {**{c: 32 for c in (12, 24, 48, 96, 192)}, 5: 1},
+    ("gb200", "fp4", 1024, 8192, 1, 4, 7, 8): {5: 1, 7: 1},  # 7: the MTP entry (batch 1 as the STP one's)
+    ("gb200", "fp4", 1024, 8192, 1, 4, 15, 4): {60: 4, 135: 8},
+    ("gb200", "fp4", 8192, 1024, 1, 4, 4, 8): {12: 16, 44: 16, 76: 16, 5: 1},  # 12: STP (MTP: batch 8)
+    ("gb200", "fp8", 1024, 1024, 1, 8, 3, 8): {3: 1, 27: 8},
+    ("gb200", "fp8", 1024, 8192, 1, 8, 4, 8): {4: 1, 36: 8},  # 4: STP (MTP: batch 2)
+    ("gb200", "fp8", 8192, 1024, 1, 8, 3, 8): {6: 1, 18: 4, 63: 16},  # 6: STP (MTP: batch 2)
+    ("gb300", "fp4", 1024, 1024, 1, 2, 4, 8): {**{c: 32 for c in (12, 48, 96, 192)}, 5: 1},
+    ("gb300", "fp4", 1024, 8192, 1, 2, 7, 8): {7: 1, 245: 32},
+    ("gb300", "fp4", 1024, 8192, 1, 2, 15, 4): {60: 4},
+    ("gb300", "fp4", 8192, 1024, 1, 2, 5, 4): {5: 4, 15: 4, 30: 4},
+    ("gb300", "fp4", 8192, 1024, 1, 2, 4, 8): {5: 1, 12: 2},  # 12: STP (MTP: batch 4)
+    ("gb300", "fp4", 8192, 1024, 1, 2, 3, 8): {72: 16},
+    ("gb300", "fp8", 1024, 1024, 1, 4, 4, 8): {4: 1, 24: 4, 84: 16},
+    ("gb300", "fp8", 1024, 8192, 1, 4, 4, 8): {4: 1, 36: 8},
+    ("gb300", "fp8", 8192, 1024, 1, 4, 4, 8): {4: 1, 24: 4, 36: 8},
+    ("h100_sxm", "fp8", 1024, 1024, 1, 16, 3, 16): {6: 1, 9: 2, 30: 8, 60: 16},
+    ("h100_sxm", "fp8", 8192, 1024, 1, 16, 3, 16): {6: 1, 9: 2, 30: 8},
+    ("h100_sxm", "fp8", 8192, 1024, 1, 16, 2, 16): {154: 64},
+}
+
+
+def recipe_decode_batch(model: str, system: str, precision: str, isl: int, osl: int, prefill: tuple[int, int, int],
+                        decode: tuple[int, int, int], concurrency: int) -> int | None:
+    """Each decode worker's ``max_batch_size`` in the InferenceMAX recipe of a DeepSeek-R1 TRT-LLM
+    row (``DECODE_BATCH``), None where no recipe read matches (other models: their recipes were
+    not read). ``prefill`` and ``decode``: (workers, attention tp, attention-DP ranks) of each side
+    as the csv records them; only attention-DP prefill workers and decode workers without
+    attention DP are listed."""
+    pw, ptp, pdp = prefill
+    dw, dtp, ddp = decode
+    if model != "deepseek-r1" or pdp <= 1 or ddp != 1:
+        return None
+    return DECODE_BATCH.get((system, precision, isl, osl, pw, ptp * pdp, dw, dtp), {}).get(concurrency)
