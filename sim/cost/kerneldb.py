@@ -397,7 +397,7 @@ RUN_STEPS = MEMO_ENTRIES // RUN_SIZES
 TOTALS_ENTRIES = 1 << 23
 """Most places ``decode_totals``' memo holds, each a decode-step total or None (at most 64 MB of
 list, 24 bytes more per total kept; 100,000 requests of ``bench_scale.py``'s workload use about
-0.6 M places)."""
+0.9 M places)."""
 
 
 class KernelDbCostModel(RooflineCostModel):
