@@ -175,13 +175,9 @@ prefix_cases = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(prefix_cases)
-def test_fast_forward_is_exact_with_prefix_hits_and_a_queue(p):
-    """Shared system prompts (prefix hits), chunked prefill and tight pools, so that decode runs
-    start while requests wait and their growth evicts cached blocks, some of them the waiting
-    head's hits (the fast-forward stops before such a step: ``KVManager.evicts_watched``), under
-    every eviction policy: identical to single steps."""
+def assert_prefix_case_exact(p: dict, **kv) -> None:
+    """A ``prefix_cases`` draw (with ``kv`` keys added to its cache) runs identically with fast
+    paths on and off; a config the models refuse is no case."""
     sched = {"name": p["scheduler"]}
     if p["scheduler"] != "vllm":
         sched["max_num_batched_tokens"] = p["budget"]
@@ -190,7 +186,7 @@ def test_fast_forward_is_exact_with_prefix_hits_and_a_queue(p):
     cfg = tiny_config(
         seed=p["seed"], scheduler=sched, workload=wl,
         kv={"num_gpu_blocks": p["blocks"], "block_size": p["block_size"], "preemption": p["preemption"],
-            "prefix_caching": True, "eviction": p["eviction"]},
+            "prefix_caching": True, "eviction": p["eviction"], **kv},
         output={"step_records": p["rows"], "plots": False, "progress": False})
     try:
         on, off = both(cfg)
@@ -202,26 +198,22 @@ def test_fast_forward_is_exact_with_prefix_hits_and_a_queue(p):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prefix_cases)
+def test_fast_forward_is_exact_with_prefix_hits_and_a_queue(p):
+    """Shared system prompts (prefix hits), chunked prefill and tight pools, so that decode runs
+    start while requests wait and their growth evicts cached blocks, some of them the waiting
+    head's hits (the fast-forward stops before such a step: ``KVManager.evicts_watched``), under
+    every eviction policy: identical to single steps."""
+    assert_prefix_case_exact(p)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prefix_cases, st.sampled_from([4, 30, 300]), st.sampled_from([None, 0.01]))
 def test_fast_forward_is_exact_with_a_tiered_cache_and_a_queue(p, host_blocks, disk_gib):
     """As above with a host tier (small ones drop, so the waiting head's lower-tier hit can
     shrink; every GPU eviction can make it grow) and sometimes a disk tier under it: decode runs
     stop before a step that could move the head's hit (``TieredKVManager.evicts_watched``)."""
-    sched = {"name": p["scheduler"]}
-    if p["scheduler"] != "vllm":
-        sched["max_num_batched_tokens"] = p["budget"]
-    wl = uniform_workload(p["rate"], p["n"], p["pmax"], p["omax"])
-    wl["system_prompts"] = {"count": p["prompts"], "tokens": p["prompt_tokens"]}
-    kv = {"num_gpu_blocks": p["blocks"], "block_size": p["block_size"], "preemption": p["preemption"],
-          "prefix_caching": True, "eviction": p["eviction"], "num_cpu_blocks": host_blocks}
+    kv = {"num_cpu_blocks": host_blocks}
     if disk_gib:
         kv.update(disk_offload_gib=disk_gib, disk_read_gbps=5.0)
-    cfg = tiny_config(seed=p["seed"], scheduler=sched, workload=wl, kv=kv,
-                      output={"step_records": p["rows"], "plots": False, "progress": False})
-    try:
-        on, off = both(cfg)
-    except Exception as e:  # a config the models refuse (a prompt the pool can never hold) is no case here
-        if type(e).__name__ in ("ConfigError", "CapacityError", "MemoryShortfall"):
-            return
-        raise
-    assert_identical(on, off)
+    assert_prefix_case_exact(p, **kv)

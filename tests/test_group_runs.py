@@ -3,9 +3,7 @@ decodes takes the group's steps without planning; every request row, step row an
 figure is the same as stepping every rank by plan (``engine.fast_forward: false``), on random
 groups (dp 2-8, every scheduler, small KV pools that preempt, swap, routers that read the
 ranks' loads, closed-loop clients, rows on and off) and on hand-made cases."""
-import json
 
-import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,6 +18,7 @@ from sim.cost import kerneldb_data as kd
 from sim.cost.expert_parallel import dp_step_time
 from sim.scheduler import REGISTRY
 from sim.types import BatchShape
+from test_fast_forward import assert_identical, both
 from test_pools_expert_groups import ep_pools, fleets, moe_config
 
 MOE = "qwen3-30b-a3b"  # 128 routed experts
@@ -28,21 +27,6 @@ EP = {2: 2, 3: 1, 4: 4, 5: 1, 6: 2, 7: 1, 8: 8}  # an expert-parallel degree for
 
 def group_config(dp: int, **sections) -> dict:
     return tiny_config(model=MOE, parallelism={"tp": 1, "dp": dp, "ep": EP[dp]}, **sections)
-
-
-def both(cfg: dict):
-    on = simulate({**cfg, "engine": {"fast_forward": True}})
-    off = simulate({**cfg, "engine": {"fast_forward": False}})
-    return on, off
-
-
-def assert_identical(on, off):
-    pd.testing.assert_frame_equal(on.requests, off.requests, check_exact=True)
-    pd.testing.assert_frame_equal(on.steps, off.steps, check_exact=True)
-    a, b = dict(on.summary), dict(off.summary)
-    a["sim"] = {k: v for k, v in a["sim"].items() if k != "wall_s"}
-    b["sim"] = {k: v for k, v in b["sim"].items() if k != "wall_s"}
-    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 @pytest.fixture
