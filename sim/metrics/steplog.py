@@ -48,19 +48,14 @@ class ItlLog:
         self.counts.extend(other.counts)
 
     def sort(self) -> None:
-        """Hold the gaps sorted by value, then count (``weighted.sorted_pairs``), each with its count:
-        a sample, read in any order. A process of a sharded run sorts its own before handing it
-        over, so the summary's sort of every process's gaps merges sorted runs."""
+        """Hold the gaps sorted by value, then count (``weighted.sorted_sample``), each with its
+        count: a sample, read in any order. A process of a sharded run sorts its own before
+        handing it over, so the summary's sort of every process's gaps merges sorted runs."""
         import numpy as np
 
-        from sim.metrics.weighted import _int64, _pairs_sort_exactly, sorted_pairs
+        from sim.metrics.weighted import sorted_sample
 
-        tokens, lengths = self.runs()
-        v, c = np.frombuffer(self.values, float), _int64(tokens)
-        r = None if lengths is None else _int64(lengths)
-        if not v.size or not _pairs_sort_exactly(v, c, int(c.sum()) if r is None else int(np.dot(c, r))):
-            return
-        v, counts = sorted_pairs(v, c, r)
+        v, counts, _ = sorted_sample(self.values, *self.runs())
         self.values, self._counts = array("d"), array("q")
         self.values.frombytes(v.tobytes())
         self._counts.frombytes(counts.astype(np.int64).tobytes())

@@ -29,19 +29,9 @@ def weighted_dist(values, counts, lengths=None) -> dict:
     sorted order so the result does not depend on the order the values were recorded in.
     With ``lengths``, the counts come as runs: ``counts[i]`` for each of the next ``lengths[i]``
     values (as ``ItlLog.runs`` gives them)."""
-    # views of the recorded buffers (no copies: a million-request run records tens of millions)
-    v = np.frombuffer(values, float) if isinstance(values, array) else np.asarray(values, dtype=float)
-    c, r = _int64(counts), None if lengths is None else _int64(lengths)
-    total = int(c.sum()) if r is None else int(np.dot(c, r))
+    v, cum, total = sorted_sample(values, counts, lengths)
     if v.size == 0 or total == 0:
         return dist([])
-    if _pairs_sort_exactly(v, c, total):
-        v, cum = sorted_pairs(v, c, r)
-    else:
-        c = c if r is None else np.repeat(c, r)
-        order = np.lexsort((c, v))
-        v, cum = v[order], c[order].astype(float)
-        del order
     mean = float(np.dot(v, cum))  # (the counts as floats: what np.dot makes of int64 counts)
     cum = np.cumsum(cum, out=cum)  # in place: the counts are not needed again (exact: below 2**53)
     n = int(cum[-1])
@@ -57,6 +47,23 @@ def weighted_dist(values, counts, lengths=None) -> dict:
         out[f"p{p}"] = a + (h - lo) * (b - a)
     out["max"] = float(v[-1])
     return out
+
+
+def sorted_sample(values, counts, lengths=None) -> tuple[np.ndarray, np.ndarray, int]:
+    """The (value, count) pairs of a sample as ``weighted_dist`` takes them, in ``np.lexsort((count,
+    value))`` order, counts as floats (``sorted_pairs`` where it is exact, else the lexsort), and
+    the sample's size (its tokens)."""
+    # views of the recorded buffers (no copies: a million-request run records tens of millions)
+    v = np.frombuffer(values, float) if isinstance(values, array) else np.asarray(values, dtype=float)
+    c, r = _int64(counts), None if lengths is None else _int64(lengths)
+    total = int(c.sum()) if r is None else int(np.dot(c, r))
+    if v.size == 0:
+        return v, np.zeros(0), total
+    if _pairs_sort_exactly(v, c, total):
+        return (*sorted_pairs(v, c, r), total)
+    c = c if r is None else np.repeat(c, r)
+    order = np.lexsort((c, v))
+    return v[order], c[order].astype(float), total
 
 
 def _int64(a) -> np.ndarray:
