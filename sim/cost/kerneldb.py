@@ -400,6 +400,14 @@ list, 24 bytes more per total kept; 100,000 requests of ``bench_scale.py``'s wor
 0.9 M places)."""
 
 
+def memo_slot(n: int, kv_tokens: int) -> tuple[int, int]:
+    """Where the decode-step memo keeps the step of ``n`` sequences over ``kv_tokens`` KV tokens:
+    (the key of its list, by n and kv_tokens modulo n; its place, kv_tokens // n). A run's KV
+    tokens grow by n a step, so its steps are one contiguous slice of one list."""
+    q, r = divmod(kv_tokens, n)
+    return n << 32 | r, q
+
+
 class KernelDbCostModel(RooflineCostModel):
     """The roofline with GEMMs, attention, all-reduce and MoE priced from the kernel database."""
 
@@ -617,8 +625,8 @@ class KernelDbCostModel(RooflineCostModel):
     def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
         if not num_seqs:
             return 0.0
-        q, r = divmod(kv_tokens, num_seqs)
-        pts = self._kept(-(num_seqs << 32 | r))  # (a value a decode run priced in range: the lookup's, counting nothing)
+        key, q = memo_slot(num_seqs, kv_tokens)
+        pts = self._kept(-key)  # (a value a decode run priced in range: the lookup's, counting nothing)
         if pts is not None and q < len(pts):
             v = pts[q]
             if v is not None:
@@ -728,8 +736,8 @@ class KernelDbCostModel(RooflineCostModel):
         where not computed), at most ``TOTALS_ENTRIES`` places in all (dropped together
         when full; kept while ``p`` and the decode table are the ones they were computed with),
         and a run whose every step is kept is read, not priced."""
-        q, r = divmod(kv_tokens, num_seqs)
-        key, end = num_seqs << 32 | r, q + steps
+        key, q = memo_slot(num_seqs, kv_tokens)
+        end = q + steps
         pts = self._kept(key)
         if pts is None or end > len(pts):
             pts = self._points(key, end) if self._totals is not None else None  # (grown, or started again)
@@ -748,8 +756,8 @@ class KernelDbCostModel(RooflineCostModel):
         """(totals, decode attention of every layer) of a run's steps as ``_decode_parts``
         composes them (``layers_full`` times the table's value: ``_points`` is kept only without
         window layers), when ``_points`` holds both at every step; else None."""
-        q, r = divmod(kv_tokens, n)
-        key, end = n << 32 | r, q + steps
+        key, q = memo_slot(n, kv_tokens)
+        end = q + steps
         tot, att = self._kept(key), self._kept(-key)
         if not steps or tot is None or att is None or end > len(tot) or end > len(att):
             return None
@@ -768,7 +776,7 @@ class KernelDbCostModel(RooflineCostModel):
         return memo[2].get(key)
 
     def _points(self, key: int, end: int) -> list | None:
-        """The memo list of ``key`` (``n << 32 | r`` for batch size n and KV tokens r modulo n:
+        """The memo list of ``key`` (``memo_slot``'s, for a batch size and its KV tokens modulo it:
         ``decode_totals``' totals, indexed by KV tokens // n; its negative: the decode attention
         ``_attn_decode_run`` priced in range, read by ``attn_decode``), at least ``end`` places long, or None when ``end`` is beyond the memo's bound. Every list is
         dropped when ``p`` or the decode table changed, or when growing one would pass
@@ -883,8 +891,8 @@ class KernelDbCostModel(RooflineCostModel):
             return self._quiet_attn_decode(n, [(kv_tokens + j * n, longest + j) for j in range(steps)])
         vals, outs = self._grid_decode_run(self._gen, n, kv_tokens, steps)
         if self._totals is not None and steps:
-            q, r = divmod(kv_tokens, n)
-            pts = self._points(-(n << 32 | r), q + steps)
+            key, q = memo_slot(n, kv_tokens)
+            pts = self._points(-key, q + steps)
             if pts is not None:  # (only values in range: one out of range also counts its query)
                 pts[q:q + steps] = [None if o else v for v, o in zip(vals, outs)] if any(outs) else vals
         return vals, outs
