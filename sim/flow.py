@@ -56,10 +56,10 @@ class _Member:
     decode steps); its last token is step ``e - 1``'s; it next needs a KV block at step
     ``due``."""
 
-    __slots__ = ("r", "o", "s", "si", "e", "due")
+    __slots__ = ("r", "rid", "o", "s", "si", "e", "due")
 
     def __init__(self, r, o: int, s: int, si: int, e: int, due: int):
-        self.r, self.o, self.s, self.si, self.e, self.due = r, o, s, si, e, due
+        self.r, self.rid, self.o, self.s, self.si, self.e, self.due = r, r.id, o, s, si, e, due
 
 
 def enters(sched, plan, by_id: dict, now: float) -> bool:
@@ -116,14 +116,14 @@ class Flow:
         """``r`` joins the batch: ``o`` its computed tokens less the step, from step ``s`` (the
         next segment's first) to its last token, step ``e - 1``'s."""
         m = _Member(r, o, s, len(self.seg_max), e, self.kv.held[r.id] * self.kv.block_size - o)
-        self.members[r.id] = m
+        self.members[m.rid] = m
         heappush(self.leaves, (e, self.seq, m))
         self.seq += 1
         insort(self.offsets, o)
         self.base += o
 
     def leave(self, m: _Member) -> None:
-        del self.members[m.r.id]
+        del self.members[m.rid]
         del self.offsets[bisect_left(self.offsets, m.o)]
         self.base -= m.o
 
@@ -186,8 +186,8 @@ class Flow:
             rep.steps.add(rep.idx, t, st, batch, prefill, n_old, 0, self.kv.num_used, len(self.sched.waiting))
             return
         _, k0, k1, n0, gone, run, gaps, upto = rec
-        if itl is not None:  # the leg's gaps, each for the members that took part in its step
-            lifecycle.emit_gaps(itl, gaps, 0, n0, [m.e - k0 for m in gone if m.e < k1])
+        if itl is not None:  # the leg's gaps, each for the members that took part in its step (``lifecycle.emit_gaps``)
+            itl.extend_parts(gaps, 0, n0, [m.e - k0 for m in gone if m.e < k1] if gone else ())
         for m in gone:
             self.settle(m, m.e, upto, max(gaps[:m.e - k0]))
             rep.leave(m.r)
@@ -202,18 +202,19 @@ class Flow:
                                                      self.times)
         rep = self.rep
         left, n, k, hint = self.base, len(members), k0, rep.step_s
-        new_times, priced, gone, popped = [], [], [], []
-        t = times[k0]
+        priced, gone, popped = [], [], []
+        t = times[k0]  # (the last entry: the leg's step times are appended as priced, taken back if it is dropped)
         while True:
             nxt = leaves[0][0]
             kv_tokens, longest = left + n * (k + 1), offsets[-1] + k + 1
             more = run_clock(cost, n, kv_tokens, longest, nxt - k, t, arrival, hint)
             if more is None:
+                del times[k0 + 1:]
                 return self.undo(popped)
             kept = len(more) - 1
             if self.counting or self.rows:
                 priced.append((n, kv_tokens, longest, kept))
-            new_times += more[1:]
+            times += more[1:]
             t = more[-1]
             if kept < nxt - k:  # the arrival cut it
                 k += kept
@@ -241,29 +242,32 @@ class Flow:
             if d < end:  # fastforward.blocks_before(d, end, bs), inlined: the flows' hottest loop
                 c = (end - 1 - d) // bs + 1
                 grown.append((d - k0, c))
-                pairs.append((m.r.id, c))
+                pairs.append((m.rid, c))
                 total += c
                 d += c * bs
                 m.due = d
             if d == k and e > k:
                 due.append(m)
         if not kv.can_allocate(total):
+            del times[k0 + 1:]
             return self.undo(popped)
         start_used = kv.num_used
         kv.add_blocks(pairs)
         if self.counting:
+            count = cost.count_decode_run
             for args in priced:
-                cost.count_decode_run(*args)
-        freed = [(m.e - 1 - k0, held[m.r.id]) for m in gone]
-        n0 = n + len(gone)
+                count(*args)
+        freed = []
         for m in gone:
-            del members[m.r.id]
+            freed.append((m.e - 1 - k0, held[m.rid]))
+            del members[m.rid]
+        n0 = n + len(gone)
         self.base = left
-        times.extend(new_times)
-        rep.step_s = times[-1] - times[-2]
-        gaps = list(map(sub, new_times, times[k0:k]))  # each step's (new_times: times[k0 + 1:k + 1])
+        rep.step_s = t - times[-2]
+        gaps = list(map(sub, times[k0 + 1:], times[k0:k]))  # each step's
         self.seg_max.append(max(gaps))
-        run = DecodeRun(None, times[k0:k + 1], None, start_used, grown, bs, cost.source, k - k0, freed, total)
+        run = DecodeRun(None, times[k0:k + 1] if self.rows else None, None, start_used, grown, bs, cost.source, k - k0,
+                        freed, total)  # (its times: what a step row records)
         run.gaps = gaps
         if self.rows:
             run.columns, run.sizes = series_rows(cost, priced)
@@ -302,7 +306,7 @@ class Flow:
             arrival = rep.next_arrival()
             if rep.must_wait(t, arrival):
                 yield t
-            arrival = rep.next_arrival()
+                arrival = rep.next_arrival()  # (the arrivals up to t reached the scheduler)
             self.flush(rec)
             rec = None
             if len(members) > sched.budget():  # (the policy gives some of them no token)
@@ -314,7 +318,7 @@ class Flow:
                     if not kv.can_allocate(len(due)):
                         self.materialize(k)
                         return t
-                    kv.add_blocks([(m.r.id, 1) for m in due])
+                    kv.add_blocks([(m.rid, 1) for m in due])
                     for m in due:
                         m.due += kv.block_size
                 p = sched.plan_beside_decodes(t)

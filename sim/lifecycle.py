@@ -212,15 +212,9 @@ def emit_gaps(itl, gaps: list[float], first: int, alive: int, leaves) -> None:
     step, grouped as ``complete_step`` groups them (one count per step): ``alive`` requests take
     part in step ``first``; ``leaves`` (ascending) holds, for each request that finishes before
     the last step, the position in ``gaps`` before which it leaves. ``complete_run`` and the
-    flows' decode legs (``sim.flow``) both emit their gaps here."""
-    j = first
-    for e in leaves:
-        if e > j:
-            itl.extend(gaps[j:e], alive)
-            j = e
-        alive -= 1
-    if j < len(gaps):
-        itl.extend(gaps[j:] if j else gaps, alive)
+    flows' decode legs (``sim.flow``) both emit their gaps here (the log splits them:
+    ``ItlLog.extend_parts``)."""
+    itl.extend_parts(gaps, first, alive, leaves)
 
 
 def complete_decodes(r: Request, steps: int, last_s: float, max_gap: float) -> None:

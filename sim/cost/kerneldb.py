@@ -403,7 +403,8 @@ list, 24 bytes more per total kept; 100,000 requests of ``bench_scale.py``'s wor
 def memo_slot(n: int, kv_tokens: int) -> tuple[int, int]:
     """Where the decode-step memo keeps the step of ``n`` sequences over ``kv_tokens`` KV tokens:
     (the key of its list, by n and kv_tokens modulo n; its place, kv_tokens // n). A run's KV
-    tokens grow by n a step, so its steps are one contiguous slice of one list."""
+    tokens grow by n a step, so its steps are one contiguous slice of one list. (``decode_totals``
+    and ``attn_decode``, the hottest readers, inline it.)"""
     q, r = divmod(kv_tokens, n)
     return n << 32 | r, q
 
@@ -625,8 +626,10 @@ class KernelDbCostModel(RooflineCostModel):
     def attn_decode(self, num_seqs: int, kv_tokens: int, longest: int = 0) -> float:
         if not num_seqs:
             return 0.0
-        key, q = memo_slot(num_seqs, kv_tokens)
-        pts = self._kept(-key)  # (a value a decode run priced in range: the lookup's, counting nothing)
+        q, r = divmod(kv_tokens, num_seqs)  # memo_slot and _kept, inlined (a flow's every admission asks)
+        memo = self._totals
+        pts = memo[2].get(-(num_seqs << 32 | r)) if memo is not None and memo[0] is self.p and memo[1] is self._gen.lt \
+            else None  # (a value a decode run priced in range: the lookup's, counting nothing)
         if pts is not None and q < len(pts):
             v = pts[q]
             if v is not None:
@@ -736,9 +739,10 @@ class KernelDbCostModel(RooflineCostModel):
         where not computed), at most ``TOTALS_ENTRIES`` places in all (dropped together
         when full; kept while ``p`` and the decode table are the ones they were computed with),
         and a run whose every step is kept is read, not priced."""
-        key, q = memo_slot(num_seqs, kv_tokens)
-        end = q + steps
-        pts = self._kept(key)
+        q, r = divmod(kv_tokens, num_seqs)  # memo_slot, inlined (the fast-forward's hottest call)
+        key, end = num_seqs << 32 | r, q + steps
+        memo = self._totals  # (_kept, inlined)
+        pts = memo[2].get(key) if memo is not None and memo[0] is self.p and memo[1] is self._gen.lt else None
         if pts is None or end > len(pts):
             pts = self._points(key, end) if self._totals is not None else None  # (grown, or started again)
         if pts is not None:

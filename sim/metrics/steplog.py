@@ -42,6 +42,22 @@ class ItlLog:
         self._tokens.append(tokens)
         self._lengths.append(len(gaps))
 
+    def extend_parts(self, gaps: list[float], first: int, alive: int, leaves) -> None:
+        """``gaps[first:]``, the first for ``alive`` tokens and one token fewer after each
+        position in ``leaves`` (``lifecycle.emit_gaps``): the same entries as one ``extend`` per
+        part, with the values appended at once."""
+        j, tokens, lengths = first, self._tokens, self._lengths
+        for e in leaves:
+            if e > j:
+                tokens.append(alive)
+                lengths.append(e - j)
+                j = e
+            alive -= 1
+        if j < len(gaps):
+            tokens.append(alive)
+            lengths.append(len(gaps) - j)
+        self.values.fromlist(gaps[first:] if first else gaps)
+
     def merge(self, other: "ItlLog") -> None:
         """Append ``other``'s gaps and counts (another process's log: ``sim.shards``)."""
         self.values.extend(other.values)
@@ -112,6 +128,17 @@ class ItlSketch:
         self.counts.fromlist([tokens] * len(gaps))
         if len(self.values) >= self.buffer:
             self.fold()
+
+    def extend_parts(self, gaps: list[float], first: int, alive: int, leaves) -> None:
+        """As ``ItlLog.extend_parts``."""
+        j = first
+        for e in leaves:
+            if e > j:
+                self.extend(gaps[j:e], alive)
+                j = e
+            alive -= 1
+        if j < len(gaps):
+            self.extend(gaps[j:] if j else gaps, alive)
 
     def fold(self) -> None:
         import numpy as np
