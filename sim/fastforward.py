@@ -12,6 +12,7 @@ end and applies it with ``lifecycle.complete_run``. Where nothing else can happe
 """
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -39,7 +40,7 @@ class DecodeRun:
     """(step, blocks): blocks returned at the end of that step by requests that finished in it,
     where the run went on past them (``decode_run``'s ``through_finishes``)."""
     grown_blocks: int | None = None  # the blocks in ``grown`` (None: counted when asked)
-    sizes: list | None = None
+    sizes: "array | list | None" = None
     """The batch size of each step, where the run went on past finishes and step rows are kept
     (None: ``len(reqs)`` at every step)."""
     gaps: list | None = None
@@ -180,7 +181,7 @@ def decode_run(reqs: list[Request], kv: KVManager, cost, start: float, arrival: 
     cols = None
     if columns:
         series = cost.decode_series(n, kv_tokens, longest, k_end)
-        cols = {c: v if isinstance(v, list) else v.tolist() for c, v in ((c, series[c]) for c in ("total", *COMPONENTS))}
+        cols = {c: column(series[c]) for c in ("total", *COMPONENTS)}
     return grower.run(times, cols, cost.source, k_end)
 
 
@@ -247,19 +248,35 @@ def _through(reqs: list[Request], kv: KVManager, cost, grower: "BlockGrower", le
     return run
 
 
-def series_rows(cost, priced: list) -> tuple[dict, list[int]]:
-    """The columns (``total`` and each component) and the batch size of each step of a run
-    priced in parts ((batch, KV tokens, longest, steps) each, as ``run_clock`` was asked):
-    what a step row records, step by step."""
-    cols = {c: [] for c in ("total", *COMPONENTS)}
-    sizes: list[int] = []
+def column(x) -> array:
+    """A column of step values as a typed array (``array("d")``, what the step log holds): a
+    cost model's series come as lists, arrays (constant components: one value repeated) or
+    numpy arrays."""
+    if isinstance(x, array):
+        return x
+    if isinstance(x, list):
+        out = array("d")
+        out.fromlist(x)
+        return out
+    return array("d", np.ascontiguousarray(x, dtype=float).tobytes())
+
+
+def series_rows(cost, priced: list) -> tuple[dict, array]:
+    """The columns (``total`` and each component, typed arrays) and the batch size of each step
+    of a run priced in parts ((batch, KV tokens, longest, steps) each, as ``run_clock`` was
+    asked): what a step row records, step by step."""
+    cols = {c: array("d") for c in ("total", *COMPONENTS)}
+    sizes = array("i")
     for n, kv_tokens, longest, kept in priced:
         if kept:
             series = cost.decode_series(n, kv_tokens, longest, kept)
             for c, v in cols.items():
                 x = series[c]
-                v += x if isinstance(x, list) else x.tolist()
-            sizes += [n] * kept
+                if isinstance(x, list):
+                    v.fromlist(x)
+                else:
+                    v += column(x)
+            sizes += array("i", (n,)) * kept
     return cols, sizes
 
 

@@ -459,7 +459,7 @@ def assert_decode_runs_are_single_steps(make, runs) -> None:
             slow.decode_step(n, kv + j * n, longest + j)
         assert totals == [w.total for w in want]
         for c in COMPONENTS:
-            assert series[c] == [getattr(w, c) for w in want[:keep]], c
+            assert list(series[c]) == [getattr(w, c) for w in want[:keep]], c
         assert series["source"] == fast.source
         assert fast.out_of_range_total() == slow.out_of_range_total()
         assert fast._oor == slow._oor  # per operator too: queries and GPU time (``Extrapolation``)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
@@ -805,21 +806,21 @@ class KernelDbCostModel(RooflineCostModel):
 
     def decode_series(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> dict:
         """``decode_step`` for ``steps`` consecutive steps as columns (``total`` and each
-        component, lists of the same values); counts nothing (as ``decode_totals``). A run whose
+        component: lists of the same values, typed arrays for the components the same at every
+        step); counts nothing (as ``decode_totals``). A run whose
         totals and attention ``_points`` holds at every step is read from there."""
         kept = self._kept_run(num_seqs, kv_tokens, steps)
         if kept is not None:
             total, ad = kept
             gemm, other, comm, _ = self._dense_part(num_seqs, num_seqs)
             cpu = self.p.cpu_step_s + self.p.cpu_per_seq_s * num_seqs
-            return {"total": total, "gemm": [gemm] * steps, "attn_prefill": [0.0] * steps, "attn_decode": ad,
-                    "comm": [comm] * steps, "other_gpu": [other] * steps, "cpu": [cpu] * steps, "swap": [0.0] * steps,
-                    "source": self.source}
-        gemm, other, comm, cpu, ad = self._decode_parts(num_seqs, kv_tokens, longest, steps)
-        g0 = gemm + 0.0
-        return {"total": [g0 + x + comm + other + cpu + 0.0 for x in ad], "gemm": [gemm] * steps,
-                "attn_prefill": [0.0] * steps, "attn_decode": ad, "comm": [comm] * steps,
-                "other_gpu": [other] * steps, "cpu": [cpu] * steps, "swap": [0.0] * steps, "source": self.source}
+        else:
+            gemm, other, comm, cpu, ad = self._decode_parts(num_seqs, kv_tokens, longest, steps)
+            g0 = gemm + 0.0
+            total = [g0 + x + comm + other + cpu + 0.0 for x in ad]
+        same = lambda v: array("d", (v,)) * steps  # noqa: E731  (a component the same every step)
+        return {"total": total, "gemm": same(gemm), "attn_prefill": same(0.0), "attn_decode": ad, "comm": same(comm),
+                "other_gpu": same(other), "cpu": same(cpu), "swap": same(0.0), "source": self.source}
 
     def count_decode_run(self, num_seqs: int, kv_tokens: int, longest: int, steps: int) -> None:
         """Count the out-of-range queries of ``steps`` consecutive decode steps as ``decode_step``

@@ -308,7 +308,7 @@ class StepLog:
             if times is None:
                 times = self._pending[replica] = array("d")
             if run.columns is not None:  # (the priced totals, else the steps' spans)
-                times.fromlist(run.columns["total"][:k])
+                times.extend(run.columns["total"][:k])
             elif run.gaps is not None:
                 times.fromlist(run.gaps)
             else:
@@ -325,17 +325,18 @@ class StepLog:
             return
         used = run.used
         used[-1] = used_end
-        self.replica.extend([replica] * k)
+        self.replica.extend(array("i", (replica,)) * k)  # (repeated values as arrays: copied, not converted)
         self.start_s.extend(run.times[:k])
         self.duration_s.extend(run.columns["total"])
-        nk, zeros = [len(run.reqs)] * k if run.sizes is None else run.sizes, [0] * k
+        nk, zeros = array("i", (len(run.reqs),)) * k if run.sizes is None else run.sizes, array("i", (0,)) * k
         self.batch_size.extend(nk)
         self.num_tokens.extend(nk)
         self.prefill_tokens.extend(zeros)
         self.decode_tokens.extend(nk)
         self.preempted.extend(zeros)
         self.kv_blocks_used.extend(used)
-        self.waiting.extend([waiting] * (k - 1) + [waiting_end])
+        self.waiting.extend(array("i", (waiting,)) * (k - 1))
+        self.waiting.append(waiting_end)
         self.source.extend([run.source] * k)
         for c in COMPONENTS:
             self.components[c].extend(run.columns[c])
