@@ -73,13 +73,15 @@ def _quiet_worker() -> None:
 
 
 def run_sharded(cfg, workers: int, progress=None):
-    """Run ``cfg`` over ``workers`` processes and merge their outputs."""
+    """Run ``cfg`` over ``workers`` processes (this one and ``workers - 1`` workers) and merge
+    their outputs."""
     why = shard_refusal(cfg)
     if why:
         raise ConfigError(why)
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    with ctx.Pool(workers, initializer=_quiet_worker) as pool:
-        parts = pool.map(_run, [(cfg, (w, workers)) for w in range(workers)])
+    with ctx.Pool(workers - 1, initializer=_quiet_worker) as pool:  # this process runs shard 0 meanwhile:
+        others = pool.map_async(_run, [(cfg, (w, workers)) for w in range(1, workers)])  # its output is not
+        parts = [run_shard(cfg, (0, workers))] + others.get()  # pickled and sent back, one process fewer to start
     if progress is not None:
         progress.update(sum(len(p.requests) for p in parts))
     return merge(parts, workers)
