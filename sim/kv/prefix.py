@@ -87,15 +87,17 @@ def usable_hit_tokens(hit_blocks: int, block_size: int, num_tokens: int) -> int:
 
 
 class _Run:
-    """Free cached blocks that one ``give`` queued (``IN_FREE_ORDER``), in eviction order: the
-    next one to evict is ``blocks[head]``; ``stale`` counts the entries past ``head`` whose block
-    was claimed back since (a block's entry is live when the block is free and
-    ``CachedBlockPool._run_of`` names this run: the last run it was freed into)."""
+    """Free cached blocks that one ``give`` queued (``IN_FREE_ORDER``), in eviction order, with
+    the hash each carries (``hashes[i]`` is ``blocks[i]``'s, so an eviction reads the hashes it
+    drops in order instead of block by block): the next one to evict is ``blocks[head]``;
+    ``stale`` counts the entries past ``head`` whose block was claimed back since (a block's entry
+    is live when the block is free and ``CachedBlockPool._run_of`` names this run: the last run
+    it was freed into)."""
 
-    __slots__ = ("blocks", "head", "stale")
+    __slots__ = ("blocks", "hashes", "head", "stale")
 
-    def __init__(self, blocks: list[int]):
-        self.blocks, self.head, self.stale = blocks, 0, 0
+    def __init__(self, blocks: list[int], hashes: list[int]):
+        self.blocks, self.hashes, self.head, self.stale = blocks, hashes, 0, 0
 
 
 class CachedBlockPool:
@@ -126,7 +128,10 @@ class CachedBlockPool:
         self.key = EVICTION[eviction]
         self.in_free_order = eviction in IN_FREE_ORDER
         self.ref = [0] * num_blocks
-        self.hash_of: list[int | None] = [None] * num_blocks  # block -> its hash
+        # block -> the last hash it was given; it still carries it only while ``block_of`` maps
+        # that hash back to it (an eviction drops the hash from ``block_of`` and leaves this
+        # entry: ``carries``; ``hash_of`` is the exact view)
+        self._hash_of: list[int | None] = [None] * num_blocks
         self.block_of: dict[int, int] = {}  # hash -> block
         # what the eviction key may read about each block (kept only for a heap's keys)
         self.last_access = [0] * num_blocks
@@ -149,6 +154,16 @@ class CachedBlockPool:
     @property
     def num_free(self) -> int:
         return len(self._free) - self._free_head + self._evictable
+
+    def carries(self, b: int) -> bool:
+        """Whether block ``b`` carries a hash now (its last hash still maps back to it)."""
+        return self.block_of.get(self._hash_of[b]) == b
+
+    @property
+    def hash_of(self) -> list[int | None]:
+        """Block -> the hash it carries, or None (built on each read: for checks and tests)."""
+        block_of = self.block_of
+        return [h if h is not None and block_of.get(h) == b else None for b, h in enumerate(self._hash_of)]
 
     @property
     def num_plain_free(self) -> int:
@@ -191,6 +206,41 @@ class CachedBlockPool:
         if k < n:
             out += self._evict(n - k)  # (referenced there)
         return out
+
+    def take_one(self) -> int:
+        """``take(1)[0]`` (a decode's growth: one block per call, the most frequent call), without
+        building lists when the block is a plain free one or the head of a clean run."""
+        free, head = self._free, self._free_head
+        if head < len(free):
+            b = free[head]
+            head += 1
+            if head > 4096 and 2 * head > len(free):  # (as ``take``)
+                del free[:head]
+                head = 0
+            self._free_head = head
+            self.ref[b] = 1
+            return b
+        if not self.in_free_order or not self._evictable:
+            return self.take(1)[0]
+        run = self._queue[0]  # ``_evict(1)`` on a clean run: its next entry
+        i = run.head
+        if run.stale or i + 1 >= len(run.blocks):  # (stale entries to skip, or the run's last entry or none)
+            return self.take(1)[0]
+        b, h = run.blocks[i], run.hashes[i]
+        run.head = i + 1
+        if self.on_evict is not None:
+            self.on_evict([h])
+        del self.block_of[h]
+        self.ref[b] = 1
+        if self.watched:
+            p = self.watched.pop(b, None)
+            if p is not None:
+                self.watched_free -= 1
+                if self.cut is None or p < self.cut:
+                    self.cut = p
+        self._evictable -= 1
+        self.evictions += 1
+        return b
 
     def evicts_any(self, n: int, blocks: dict) -> bool:
         """Whether the next ``n`` evictions (the ``n`` free cached blocks ``_evict`` would take
@@ -271,27 +321,29 @@ class CachedBlockPool:
     def _evict(self, n: int) -> list[int]:
         """The ``n`` free cached blocks with the smallest keys, their hashes dropped, each now
         referenced once (``take`` hands them out)."""
-        hash_of, block_of, watched = self.hash_of, self.block_of, self.watched
+        block_of, watched = self.block_of, self.watched
         if self.in_free_order:
-            queue, run_of, ref, out, need = self._queue, self._run_of, self.ref, [], n
+            queue, run_of, ref, out, hashes, need = self._queue, self._run_of, self.ref, [], [], n
             while need:
                 run = queue[0]
                 rb, h = run.blocks, run.head
                 if not run.stale:
                     seg = rb[h:h + need]
                     out += seg
+                    hashes += run.hashes[h:h + len(seg)]
                     h += len(seg)
                     need -= len(seg)
                 else:
-                    end = len(rb)
+                    end, rh = len(rb), run.hashes
                     while need and h < end:
                         b = rb[h]
-                        h += 1
                         if run_of[b] is run and not ref[b]:
                             out.append(b)
+                            hashes.append(rh[h])
                             need -= 1
                         else:
                             run.stale -= 1
+                        h += 1
                 run.head = h
                 if h == len(rb):
                     queue.popleft()
@@ -303,20 +355,15 @@ class CachedBlockPool:
                 if v == version[b] and self.ref[b] == 0:
                     version[b] += 1
                     out.append(b)
+            hashes = list(map(self._hash_of.__getitem__, out))  # (a free cached block carries its last hash)
         ref = self.ref
         if self.on_evict is not None:  # a lower tier takes the evicted hashes, oldest first
-            hashes = list(map(hash_of.__getitem__, out))
             self.on_evict(hashes)
-            for h in hashes:
-                del block_of[h]
-            for b in out:
-                hash_of[b] = None
-                ref[b] = 1
-        else:
-            for b in out:
-                del block_of[hash_of[b]]
-                hash_of[b] = None
-                ref[b] = 1
+        # the hashes leave the cache; ``_hash_of`` keeps them (``carries`` reads ``block_of``)
+        for h in hashes:
+            del block_of[h]
+        for b in out:
+            ref[b] = 1
         if watched:
             for b in watched.keys() & out:
                 p = watched.pop(b)
@@ -346,10 +393,11 @@ class CachedBlockPool:
                 runs = list(map(self._run_of.__getitem__, freed))
                 if countOf(runs, runs[0]) == nfree:  # (usually: one run, a preempted request's own blocks)
                     rb = runs[0].blocks
-                    if rb[len(rb) - nfree:] == freed[::-1]:
+                    cut = len(rb) - nfree
+                    if rb[cut:] == freed[::-1]:
                         # the run's last entries, the blocks of a table freed tail first and now
                         # claimed back from its head (a hit is a prefix): cut, no stale entry left
-                        del rb[len(rb) - nfree:]
+                        del rb[cut:], runs[0].hashes[cut:]
                     else:
                         runs[0].stale += nfree
                 else:
@@ -367,12 +415,13 @@ class CachedBlockPool:
                 hits[b] += 1
                 last_access[b] = tick
 
-    def give(self, blocks: list[int], hashed: int | None = None) -> None:
+    def give(self, blocks: list[int], hashed: int | None = None, chain: list[int] | None = None) -> None:
         """Drop one reference from each block; unreferenced blocks become free (tail first, so
         a sequence's last blocks are evicted before its shared prefix). ``hashed``, when given:
         the caller knows that ``blocks[:hashed]`` each carry a hash and the rest carry none and
-        have no other holder (a request's table: ``PrefixKVManager.free``)."""
-        ref, hash_of, free, run_of, cached = self.ref, self.hash_of, self._free, self._run_of, []
+        have no other holder (a request's table: ``PrefixKVManager.free``); ``chain``, when given
+        with it: ``blocks[i]`` carries ``chain[i]`` for each ``i < hashed``."""
+        ref, hash_of, free, run_of, cached = self.ref, self._hash_of, self._free, self._run_of, []
         if hashed is not None and self.in_free_order:
             # in bulk when the blocks still shared with other requests lead the table (a common
             # prefix): those lose a reference, the rest become free, the hashed ones as one run
@@ -390,7 +439,12 @@ class CachedBlockPool:
                     return
                 cached = blocks[shared:hashed]
                 cached.reverse()
-                run = _Run(cached)
+                if chain is not None:
+                    hashes = chain[shared:hashed]
+                    hashes.reverse()
+                else:
+                    hashes = list(map(hash_of.__getitem__, cached))
+                run = _Run(cached, hashes)
                 for b in cached:
                     ref[b] = 0
                     run_of[b] = run
@@ -399,16 +453,20 @@ class CachedBlockPool:
                 if self.watched:
                     self.watched_free += len(self.watched.keys() & cached)
                 return
-        run = _Run(cached) if self.in_free_order else None  # (its blocks: ``cached``, filled below)
+        hashes: list[int] = []
+        run = _Run(cached, hashes) if self.in_free_order else None  # (filled below)
+        get = self.block_of.get
         for b in reversed(blocks):
             r = ref[b] - 1
             ref[b] = r
             if r:
                 continue
-            if hash_of[b] is None:
+            h = hash_of[b]
+            if get(h) != b:  # (carries no hash)
                 free.append(b)
             else:
                 cached.append(b)
+                hashes.append(h)
                 run_of[b] = run
         if not cached:
             return
@@ -431,9 +489,9 @@ class CachedBlockPool:
         another block already caches that hash or the block has one; how many got one.
         ``fresh``: the caller knows that no block of ``blocks`` has a hash (each was taken
         without one and is offered once: ``PrefixKVManager``)."""
-        block_of, hash_of = self.block_of, self.hash_of
+        block_of, hash_of = self.block_of, self._hash_of
         if (self.in_free_order and block_of.keys().isdisjoint(hashes)
-                and (fresh or countOf(map(hash_of.__getitem__, blocks), None) == len(blocks))):
+                and (fresh or not any(map(self.carries, blocks)))):
             # the usual case in bulk: new hashes on blocks without one (no key to keep under lru)
             n0 = len(block_of)
             block_of.update(zip(hashes, blocks))
@@ -447,7 +505,7 @@ class CachedBlockPool:
         last_access, hits, cached_at = self.last_access, self.hits, self.cached_at
         n = 0
         for b, h in zip(blocks, hashes):
-            if h in block_of or hash_of[b] is not None:
+            if h in block_of or block_of.get(hash_of[b]) == b:
                 continue
             block_of[h] = b
             hash_of[b] = h
@@ -482,6 +540,7 @@ class PrefixKVManager(KVManager):
         # request id -> how many leading blocks of its table carry a hash, all later ones none
         # (-1: unknown, one was refused a hash); absent: none does (``free`` hands it to ``give``)
         self._hashed: dict[int, int] = {}
+        self._chain_of: dict[int, list[int]] = {}  # request id -> its chain, while it holds blocks (``give``)
         self._last_chain: tuple = (None, [])
         self._last_hits: tuple = (None, [])
 
@@ -524,9 +583,9 @@ class PrefixKVManager(KVManager):
             return self.allocate(req_id, total_tokens)  # (registers full blocks)
         pool = self.pool
         pool.tick += 1
-        if pool.num_free < 1:
+        if len(pool._free) == pool._free_head and not pool._evictable:  # (no free block)
             return False
-        table += pool.take(1)
+        table.append(pool.take_one())
         self.held[req_id] = len(table)
         return True
 
@@ -631,7 +690,7 @@ class PrefixKVManager(KVManager):
                 self._load(chain[g:k])
             self.tables[req_id] = table = hits + pool.take(fresh)
             self.held[req_id] = len(table)
-            self._chains[req_id] = chain
+            self._chains[req_id] = self._chain_of[req_id] = chain
             self._registered[req_id] = self._hashed[req_id] = g
         elif not super().allocate(req_id, total_tokens, admit=admit):
             return False
@@ -662,7 +721,7 @@ class PrefixKVManager(KVManager):
         self.held.pop(req_id, None)
         blocks = self.tables.pop(req_id, ())
         hashed = self._hashed.pop(req_id, 0)
-        self.pool.give(blocks, hashed if hashed >= 0 else None)
+        self.pool.give(blocks, hashed if hashed >= 0 else None, self._chain_of.pop(req_id, None))
         return len(blocks)
 
     @property
