@@ -91,8 +91,8 @@ class _Run:
     the hash each carries (``hashes[i]`` is ``blocks[i]``'s, so an eviction reads the hashes it
     drops in order instead of block by block): the next one to evict is ``blocks[head]``;
     ``stale`` counts the entries past ``head`` whose block was claimed back since (a block's entry
-    is live when the block is free and ``CachedBlockPool._run_of`` names this run: the last run
-    it was freed into)."""
+    is live while ``CachedBlockPool._ref`` names this run for it: it is free, and this is the
+    last run it was freed into)."""
 
     __slots__ = ("blocks", "hashes", "head", "stale")
 
@@ -108,9 +108,9 @@ class CachedBlockPool:
     evicted in the policy's key order. For a policy whose key is the free tick
     (``IN_FREE_ORDER``) that order is the order blocks were freed, kept as a queue of runs (the
     blocks one ``give`` freed, ``_Run``): a run with no stale entry is evicted by slicing it, a
-    block claimed back leaves a stale entry that is skipped when it is reached (each block names
-    the last run it was freed into, ``_run_of``; an entry is live when that is its run and the
-    block is free). Other policies use a heap whose entries carry
+    block claimed back leaves a stale entry that is skipped when it is reached (a free cached
+    block's reference count is replaced by the run it waits in, ``_ref``; an entry is live when
+    that is its run). Other policies use a heap whose entries carry
     the block's version (bumped when it is claimed). Per block, each operation costs a few list
     stores at most (O(log n) per heap push or pop); nothing walks the pool.
     """
@@ -127,7 +127,10 @@ class CachedBlockPool:
         self._free_head = 0
         self.key = EVICTION[eviction]
         self.in_free_order = eviction in IN_FREE_ORDER
-        self.ref = [0] * num_blocks
+        # block -> how many requests hold it; under ``IN_FREE_ORDER`` a free cached block holds
+        # the ``_Run`` it waits in instead of 0 (one store frees it into its run; ``ref`` is the
+        # plain view)
+        self._ref: list = [0] * num_blocks
         # block -> the last hash it was given; it still carries it only while ``block_of`` maps
         # that hash back to it (an eviction drops the hash from ``block_of`` and leaves this
         # entry: ``carries``; ``hash_of`` is the exact view)
@@ -138,7 +141,6 @@ class CachedBlockPool:
         self.hits = [0] * num_blocks
         self.cached_at = [0] * num_blocks
         self._queue: deque[_Run] = deque()  # IN_FREE_ORDER: runs of free cached blocks, in the order freed
-        self._run_of: list[_Run | None] = [None] * num_blocks  # a free cached block's run (IN_FREE_ORDER)
         self._heap: list[tuple] = []  # otherwise: (key, push order, block, version)
         self._version = [0] * num_blocks
         self._evictable = 0
@@ -182,7 +184,22 @@ class CachedBlockPool:
     @property
     def num_referenced(self) -> int:
         """Blocks with a non-zero reference count, counted one by one (for checks)."""
-        return sum(1 for r in self.ref if r)
+        return sum(1 for r in self._ref if r.__class__ is int and r)
+
+    @property
+    def ref(self) -> list[int]:
+        """Block -> how many requests hold it (built on each read: for checks and tests)."""
+        return [r if r.__class__ is int else 0 for r in self._ref]
+
+    def _nfree(self, blocks) -> int:
+        """How many of ``blocks`` (each carrying a hash) are free."""
+        if self.in_free_order:
+            return countOf(map(type, map(self._ref.__getitem__, blocks)), _Run)
+        return countOf(map(self._ref.__getitem__, blocks), 0)
+
+    def is_free(self, b: int) -> bool:
+        r = self._ref[b]
+        return r.__class__ is not int or not r
 
     @property
     def num_evictable(self) -> int:
@@ -200,7 +217,7 @@ class CachedBlockPool:
             del free[:head]
             head = 0
         self._free_head = head
-        ref = self.ref
+        ref = self._ref
         for b in out:
             ref[b] = 1
         if k < n:
@@ -218,7 +235,7 @@ class CachedBlockPool:
                 del free[:head]
                 head = 0
             self._free_head = head
-            self.ref[b] = 1
+            self._ref[b] = 1
             return b
         if not self.in_free_order or not self._evictable:
             return self.take(1)[0]
@@ -231,7 +248,7 @@ class CachedBlockPool:
         if self.on_evict is not None:
             self.on_evict([h])
         del self.block_of[h]
-        self.ref[b] = 1
+        self._ref[b] = 1
         if self.watched:
             p = self.watched.pop(b, None)
             if p is not None:
@@ -250,7 +267,7 @@ class CachedBlockPool:
         if n <= 0:
             return False
         if self.in_free_order:
-            keys, run_of, ref, seen = blocks.keys(), self._run_of, self.ref, 0
+            keys, ref, seen = blocks.keys(), self._ref, 0
             for run in self._queue:
                 rb, h = run.blocks, run.head
                 if not run.stale:
@@ -261,7 +278,7 @@ class CachedBlockPool:
                 else:
                     for i in range(h, len(rb)):
                         b = rb[i]
-                        if run_of[b] is not run or ref[b]:  # a stale entry, skipped as _evict skips it
+                        if ref[b] is not run:  # a stale entry, skipped as _evict skips it
                             continue
                         if b in blocks:
                             return True
@@ -271,7 +288,7 @@ class CachedBlockPool:
                 if seen >= n:
                     return False
             return False
-        heap, version, ref, popped, hit, seen = self._heap, self._version, self.ref, [], False, 0
+        heap, version, ref, popped, hit, seen = self._heap, self._version, self._ref, [], False, 0
         while seen < n and heap:
             e = heapq.heappop(heap)
             popped.append(e)
@@ -292,7 +309,7 @@ class CachedBlockPool:
         if n <= 0:
             return out
         if self.in_free_order:
-            run_of, ref = self._run_of, self.ref
+            ref = self._ref
             for run in self._queue:
                 rb, h = run.blocks, run.head
                 if not run.stale:
@@ -300,14 +317,14 @@ class CachedBlockPool:
                 else:
                     for i in range(h, len(rb)):
                         b = rb[i]
-                        if run_of[b] is run and not ref[b]:
+                        if ref[b] is run:
                             out.append(b)
                             if len(out) == n:
                                 break
                 if len(out) >= n:
                     break
             return out
-        heap, version, ref, popped = self._heap, self._version, self.ref, []
+        heap, version, ref, popped = self._heap, self._version, self._ref, []
         while len(out) < n and heap:
             e = heapq.heappop(heap)
             popped.append(e)
@@ -323,7 +340,7 @@ class CachedBlockPool:
         referenced once (``take`` hands them out)."""
         block_of, watched = self.block_of, self.watched
         if self.in_free_order:
-            queue, run_of, ref, out, hashes, need = self._queue, self._run_of, self.ref, [], [], n
+            queue, ref, out, hashes, need = self._queue, self._ref, [], [], n
             while need:
                 run = queue[0]
                 rb, h = run.blocks, run.head
@@ -337,7 +354,7 @@ class CachedBlockPool:
                     end, rh = len(rb), run.hashes
                     while need and h < end:
                         b = rb[h]
-                        if run_of[b] is run and not ref[b]:
+                        if ref[b] is run:
                             out.append(b)
                             hashes.append(rh[h])
                             need -= 1
@@ -352,11 +369,11 @@ class CachedBlockPool:
             heap, version = self._heap, self._version
             while len(out) < n:
                 _, _, b, v = heapq.heappop(heap)
-                if v == version[b] and self.ref[b] == 0:
+                if v == version[b] and self._ref[b] == 0:
                     version[b] += 1
                     out.append(b)
             hashes = list(map(self._hash_of.__getitem__, out))  # (a free cached block carries its last hash)
-        ref = self.ref
+        ref = self._ref
         if self.on_evict is not None:  # a lower tier takes the evicted hashes, oldest first
             self.on_evict(hashes)
         # the hashes leave the cache; ``_hash_of`` keeps them (``carries`` reads ``block_of``)
@@ -376,21 +393,34 @@ class CachedBlockPool:
 
     def claim(self, blocks: list[int]) -> None:
         """Reference cached blocks found by their hashes (a hit)."""
-        ref = self.ref
+        ref, lru = self._ref, self.in_free_order
         refs = list(map(ref.__getitem__, blocks))
-        nfree = countOf(refs, 0)
-        for b in blocks:
-            ref[b] += 1
-        if nfree:
-            if nfree == len(blocks):
-                freed = blocks
-            elif refs[len(blocks) - nfree] == 0 and refs.index(0) == len(blocks) - nfree:
-                freed = blocks[len(blocks) - nfree:]  # (usually: held ones first, a shared prefix)
+        # free ones: under lru each holds its run (never an int), else 0
+        nfree = len(refs) - countOf(map(type, refs), int) if lru else countOf(refs, 0)
+        if not nfree:
+            for b in blocks:
+                ref[b] += 1
+        else:
+            n = len(blocks)
+            if nfree == n:
+                freed, runs = blocks, refs
+            elif (refs[n - 1].__class__ is not int if lru else refs[n - 1] == 0) and (
+                    countOf(map(type, refs[n - nfree:]), int) == 0 if lru else countOf(refs[n - nfree:], 0) == nfree):
+                freed, runs = blocks[n - nfree:], refs[n - nfree:]  # (usually: held ones first, a shared prefix)
+                for b in blocks[:n - nfree]:
+                    ref[b] += 1
             else:
-                freed = [b for b, r in zip(blocks, refs) if not r]
+                freed, runs = [], []
+                for b, r in zip(blocks, refs):
+                    if r.__class__ is int and r:
+                        ref[b] = r + 1
+                    else:
+                        freed.append(b)
+                        runs.append(r)
+            for b in freed:
+                ref[b] = 1
             self._evictable -= nfree
-            if self.in_free_order:  # each leaves a stale entry in its run (its run_of stays, it is referenced)
-                runs = list(map(self._run_of.__getitem__, freed))
+            if lru:  # each leaves a stale entry in its run (it holds a count now, not the run)
                 if countOf(runs, runs[0]) == nfree:  # (usually: one run, a preempted request's own blocks)
                     rb = runs[0].blocks
                     cut = len(rb) - nfree
@@ -421,7 +451,7 @@ class CachedBlockPool:
         the caller knows that ``blocks[:hashed]`` each carry a hash and the rest carry none and
         have no other holder (a request's table: ``PrefixKVManager.free``); ``chain``, when given
         with it: ``blocks[i]`` carries ``chain[i]`` for each ``i < hashed``."""
-        ref, hash_of, free, run_of, cached = self.ref, self._hash_of, self._free, self._run_of, []
+        ref, hash_of, free, cached = self._ref, self._hash_of, self._free, []
         if hashed is not None and self.in_free_order:
             # in bulk when the blocks still shared with other requests lead the table (a common
             # prefix): those lose a reference, the rest become free, the hashed ones as one run
@@ -446,8 +476,7 @@ class CachedBlockPool:
                     hashes = list(map(hash_of.__getitem__, cached))
                 run = _Run(cached, hashes)
                 for b in cached:
-                    ref[b] = 0
-                    run_of[b] = run
+                    ref[b] = run
                 self._queue.append(run)
                 self._evictable += len(cached)
                 if self.watched:
@@ -467,7 +496,8 @@ class CachedBlockPool:
             else:
                 cached.append(b)
                 hashes.append(h)
-                run_of[b] = run
+                if run is not None:
+                    ref[b] = run
         if not cached:
             return
         self._evictable += len(cached)
@@ -607,14 +637,13 @@ class PrefixKVManager(KVManager):
         pool = self.pool
         memo_chain, out = self._last_hits
         watched = pool.watched
-        ref = pool.ref
         if memo_chain is not chain:
             out = []
             watched.clear()
             pool.cut, pool.watched_free = None, 0
         elif pool.cut is not None:
             for b in out[pool.cut:]:
-                if watched.pop(b, None) is not None and ref[b] == 0:
+                if watched.pop(b, None) is not None and pool.is_free(b):
                     pool.watched_free -= 1
             del out[pool.cut:]
             pool.cut = None
@@ -631,7 +660,7 @@ class PrefixKVManager(KVManager):
             step = min(4 * step, 4096)
         if new:
             watched.update(zip(new, range(start, start + len(new))))
-            pool.watched_free += countOf(map(ref.__getitem__, new), 0)
+            pool.watched_free += pool._nfree(new)
             out += new
         self._last_hits = (chain, out)
         return out
@@ -681,8 +710,7 @@ class PrefixKVManager(KVManager):
                 return False
             # hit blocks that are free leave the free count when claimed
             if not self.can_allocate(fresh + len(hits), admit=admit):
-                ref = pool.ref
-                free_hits = pool.watched_free - sum(1 for b in known[k:] if ref[b] == 0)
+                free_hits = pool.watched_free - pool._nfree(known[k:])
                 if not self.can_allocate(fresh + free_hits, admit=admit):
                     return False
             pool.claim(hits)
