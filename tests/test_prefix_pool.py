@@ -129,6 +129,8 @@ def check_no_leaks(kv: PrefixKVManager):
         for b in table:
             refs[b] += 1
     assert refs == pool.ref and kv.held == {r: len(t) for r, t in kv.tables.items()}
+    # the last lookup's kept answer: the blocks it watches are its hits, their free count is kept
+    assert pool.watched_free == sum(1 for b in pool.watched if pool.ref[b] == 0)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -177,6 +179,9 @@ def test_pool_matches_the_reference_and_leaks_nothing(eviction, blocks, bs, hbt,
             ref.release(rid)
         assert kv.tables == ref.tables
         assert {b: h for b, h in enumerate(kv.pool.hash_of) if h is not None} == ref.hash_of
+        last = kv._last_hits[0]
+        if last is not None:  # the kept answer, resumed after evictions, is a fresh walk's
+            assert kv._hit_blocks(last) == ref.hits(last)
         check_no_leaks(kv)
     for rid in list(live):
         kv.free(rid)
