@@ -131,9 +131,11 @@ class CachedBlockPool:
         # the ``_Run`` it waits in instead of 0 (one store frees it into its run; ``ref`` is the
         # plain view)
         self._ref: list = [0] * num_blocks
-        # block -> the last hash it was given; it still carries it only while ``block_of`` maps
-        # that hash back to it (an eviction drops the hash from ``block_of`` and leaves this
-        # entry: ``carries``; ``hash_of`` is the exact view)
+        # block -> the last hash a per-block registration gave it (every registration under a
+        # heap policy; not lru's registrations in bulk, whose hashes the tables' chains and the
+        # runs hold). It carries it only while ``block_of`` maps that hash back to it (an
+        # eviction drops the hash from ``block_of`` and leaves this entry); ``hash_of`` is the
+        # exact view, from ``block_of``.
         self._hash_of: list[int | None] = [None] * num_blocks
         self.block_of: dict[int, int] = {}  # hash -> block
         # what the eviction key may read about each block (kept only for a heap's keys)
@@ -157,15 +159,16 @@ class CachedBlockPool:
     def num_free(self) -> int:
         return len(self._free) - self._free_head + self._evictable
 
-    def carries(self, b: int) -> bool:
-        """Whether block ``b`` carries a hash now (its last hash still maps back to it)."""
-        return self.block_of.get(self._hash_of[b]) == b
+    def _carried(self) -> dict[int, int]:
+        """Block -> the hash it carries, for the blocks that carry one (``block_of`` inverted:
+        a scan, for the paths a request's table and chain do not serve)."""
+        return {b: h for h, b in self.block_of.items()}
 
     @property
     def hash_of(self) -> list[int | None]:
         """Block -> the hash it carries, or None (built on each read: for checks and tests)."""
-        block_of = self.block_of
-        return [h if h is not None and block_of.get(h) == b else None for b, h in enumerate(self._hash_of)]
+        carried = self._carried()
+        return [carried.get(b) for b in range(self.num_blocks)]
 
     @property
     def num_plain_free(self) -> int:
@@ -302,9 +305,10 @@ class CachedBlockPool:
             heapq.heappush(heap, e)
         return hit
 
-    def next_evicted(self, n: int) -> list[int]:
+    def next_evicted(self, n: int, hashes: bool = False) -> list[int]:
         """The blocks the next ``n`` evictions would take (fewer when fewer are free and cached),
-        in that order; changes nothing (as ``evicts_any``)."""
+        in that order, or with ``hashes`` the hashes they carry; changes nothing (as
+        ``evicts_any``)."""
         out: list[int] = []
         if n <= 0:
             return out
@@ -312,13 +316,13 @@ class CachedBlockPool:
             ref = self._ref
             for run in self._queue:
                 rb, h = run.blocks, run.head
+                got = run.hashes if hashes else rb
                 if not run.stale:
-                    out += rb[h:h + n - len(out)]
+                    out += got[h:h + n - len(out)]
                 else:
                     for i in range(h, len(rb)):
-                        b = rb[i]
-                        if ref[b] is run:
-                            out.append(b)
+                        if ref[rb[i]] is run:
+                            out.append(got[i])
                             if len(out) == n:
                                 break
                 if len(out) >= n:
@@ -333,7 +337,7 @@ class CachedBlockPool:
                 out.append(b)
         for e in popped:
             heapq.heappush(heap, e)
-        return out
+        return list(map(self._hash_of.__getitem__, out)) if hashes else out
 
     def _evict(self, n: int) -> list[int]:
         """The ``n`` free cached blocks with the smallest keys, their hashes dropped, each now
@@ -372,11 +376,12 @@ class CachedBlockPool:
                 if v == version[b] and self._ref[b] == 0:
                     version[b] += 1
                     out.append(b)
-            hashes = list(map(self._hash_of.__getitem__, out))  # (a free cached block carries its last hash)
+            hashes = list(map(self._hash_of.__getitem__, out))  # (each registration under a heap policy records it)
         ref = self._ref
         if self.on_evict is not None:  # a lower tier takes the evicted hashes, oldest first
             self.on_evict(hashes)
-        # the hashes leave the cache; ``_hash_of`` keeps them (``carries`` reads ``block_of``)
+        # the hashes leave the cache (``_hash_of`` may keep them: a block carries a hash only
+        # while ``block_of`` maps it back)
         for h in hashes:
             del block_of[h]
         for b in out:
@@ -456,8 +461,9 @@ class CachedBlockPool:
             # in bulk when the blocks still shared with other requests lead the table (a common
             # prefix): those lose a reference, the rest become free, the hashed ones as one run
             refs = list(map(ref.__getitem__, blocks[:hashed]))
-            shared = refs.index(1) if 1 in refs else hashed
-            if shared == hashed or max(refs[shared:]) == 1:
+            ones = countOf(refs, 1)  # (each is held: a count of at least 1)
+            shared = 0 if ones == hashed else refs.index(1) if ones else hashed
+            if shared + ones == hashed:  # the blocks held by this table alone are the last ones
                 for b in blocks[:shared]:
                     ref[b] -= 1
                 plain = blocks[hashed:]
@@ -473,7 +479,7 @@ class CachedBlockPool:
                     hashes = chain[shared:hashed]
                     hashes.reverse()
                 else:
-                    hashes = list(map(hash_of.__getitem__, cached))
+                    hashes = list(map(self._carried().__getitem__, cached))
                 run = _Run(cached, hashes)
                 for b in cached:
                     ref[b] = run
@@ -485,13 +491,21 @@ class CachedBlockPool:
         hashes: list[int] = []
         run = _Run(cached, hashes) if self.in_free_order else None  # (filled below)
         get = self.block_of.get
-        for b in reversed(blocks):
+        if not self.in_free_order:  # (every registration recorded its hash in ``_hash_of``)
+            hash_at = [h if get(h) == b else None for b, h in zip(blocks, map(hash_of.__getitem__, blocks))]
+        elif chain is not None:  # a table: its block i can carry only chain[i]
+            n = len(chain)
+            hash_at = [chain[i] if i < n and get(chain[i]) == b else None for i, b in enumerate(blocks)]
+        else:
+            hash_at = list(map(self._carried().get, blocks))
+        for i in range(len(blocks) - 1, -1, -1):
+            b = blocks[i]
             r = ref[b] - 1
             ref[b] = r
             if r:
                 continue
-            h = hash_of[b]
-            if get(h) != b:  # (carries no hash)
+            h = hash_at[i]
+            if h is None:  # (carries no hash)
                 free.append(b)
             else:
                 cached.append(b)
@@ -520,14 +534,14 @@ class CachedBlockPool:
         ``fresh``: the caller knows that no block of ``blocks`` has a hash (each was taken
         without one and is offered once: ``PrefixKVManager``)."""
         block_of, hash_of = self.block_of, self._hash_of
+        carried = {} if fresh else self._carried()
         if (self.in_free_order and block_of.keys().isdisjoint(hashes)
-                and (fresh or not any(map(self.carries, blocks)))):
-            # the usual case in bulk: new hashes on blocks without one (no key to keep under lru)
+                and (fresh or carried.keys().isdisjoint(blocks))):
+            # the usual case in bulk: new hashes on blocks without one (no key to keep under lru;
+            # no ``_hash_of`` either: a table's chain, and a run once free, hold the hashes)
             n0 = len(block_of)
             block_of.update(zip(hashes, blocks))
             if len(block_of) - n0 == len(hashes):
-                for b, h in zip(blocks, hashes):
-                    hash_of[b] = h
                 return len(blocks)
             for h in hashes:  # a hash repeated within ``hashes``: undone, the loop below keeps the first
                 block_of.pop(h, None)
@@ -535,7 +549,7 @@ class CachedBlockPool:
         last_access, hits, cached_at = self.last_access, self.hits, self.cached_at
         n = 0
         for b, h in zip(blocks, hashes):
-            if h in block_of or block_of.get(hash_of[b]) == b:
+            if h in block_of or b in carried:
                 continue
             block_of[h] = b
             hash_of[b] = h
