@@ -196,9 +196,15 @@ class CachedBlockPool:
 
     def _nfree(self, blocks) -> int:
         """How many of ``blocks`` (each carrying a hash) are free."""
-        if self.in_free_order:
-            return countOf(map(type, map(self._ref.__getitem__, blocks)), _Run)
-        return countOf(map(self._ref.__getitem__, blocks), 0)
+        if not blocks:
+            return 0
+        refs = list(map(self._ref.__getitem__, blocks))
+        if not self.in_free_order:
+            return countOf(refs, 0)
+        last = refs[-1]
+        if countOf(refs, last) == len(refs):  # (usually: all held once, or all free in one run)
+            return 0 if last.__class__ is int else len(refs)
+        return countOf(map(type, refs), _Run)
 
     def is_free(self, b: int) -> bool:
         r = self._ref[b]
@@ -401,7 +407,12 @@ class CachedBlockPool:
         ref, lru = self._ref, self.in_free_order
         refs = list(map(ref.__getitem__, blocks))
         # free ones: under lru each holds its run (never an int), else 0
-        nfree = len(refs) - countOf(map(type, refs), int) if lru else countOf(refs, 0)
+        if not lru:
+            nfree = countOf(refs, 0)
+        elif refs and refs[-1].__class__ is not int and countOf(refs, refs[-1]) == len(refs):
+            nfree = len(refs)  # (usually: a preempted request's own blocks, all in one run)
+        else:
+            nfree = len(refs) - countOf(map(type, refs), int)
         if not nfree:
             for b in blocks:
                 ref[b] += 1
