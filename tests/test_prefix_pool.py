@@ -109,9 +109,10 @@ class Reference:
 new = st.tuples(st.just("new"), st.integers(1, 30), st.lists(st.integers(0, 1), min_size=8, max_size=8),
                st.integers(1, 30), st.sampled_from([True, True, True, False]))
 grow = st.tuples(st.just("grow"), st.integers(0, 50), st.integers(1, 9))
+grow1 = st.tuples(st.just("grow1"), st.integers(0, 50))  # a decode step's growth by one block (``grow_one``)
 free = st.tuples(st.just("free"), st.integers(0, 50))
 retry = st.tuples(st.just("retry"))  # the last refused request asks again (a queue's head, each step)
-ops = st.lists(st.one_of(new, grow, grow, free, retry, retry), min_size=10, max_size=80)
+ops = st.lists(st.one_of(new, grow, grow, grow1, free, retry, retry), min_size=10, max_size=80)
 
 def check_no_leaks(kv: PrefixKVManager):
     pool = kv.pool
@@ -128,6 +129,8 @@ def check_no_leaks(kv: PrefixKVManager):
         for b in table:
             refs[b] += 1
     assert refs == pool.ref and kv.held == {r: len(t) for r, t in kv.tables.items()}
+    # the last lookup's kept answer: the blocks it watches are its hits, their free count is kept
+    assert pool.watched_free == sum(1 for b in pool.watched if pool.ref[b] == 0)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -163,6 +166,12 @@ def test_pool_matches_the_reference_and_leaks_nothing(eviction, blocks, bs, hbt,
             assert kv.allocate(rid, total) == ref.allocate(rid, total)
             if len(kv.tables[rid]) * bs >= total:
                 live[rid] = total
+        elif op == "grow1" and live:
+            rid = sorted(live)[args[0] % len(live)]
+            total = len(kv.tables[rid]) * bs + 1  # one token past its blocks: exactly one more block
+            assert kv.grow_one(rid, total) == ref.allocate(rid, total)
+            if len(kv.tables[rid]) * bs >= total:
+                live[rid] = total
         elif op == "free" and live:
             rid = sorted(live)[args[0] % len(live)]
             del live[rid]
@@ -170,6 +179,9 @@ def test_pool_matches_the_reference_and_leaks_nothing(eviction, blocks, bs, hbt,
             ref.release(rid)
         assert kv.tables == ref.tables
         assert {b: h for b, h in enumerate(kv.pool.hash_of) if h is not None} == ref.hash_of
+        last = kv._last_hits[0]
+        if last is not None:  # the kept answer, resumed after evictions, is a fresh walk's
+            assert kv._hit_blocks(last) == ref.hits(last)
         check_no_leaks(kv)
     for rid in list(live):
         kv.free(rid)
@@ -225,6 +237,7 @@ class QueueReference:
 
 pool_ops = st.lists(st.one_of(
     st.tuples(st.just("take"), st.integers(1, 12), st.integers(0, 12)),  # take n, register the first m
+    st.tuples(st.just("take1")),  # one block for a decode (``take_one``)
     st.tuples(st.just("give"), st.integers(0, 99), st.booleans()),  # with the table's hashed count or not
     st.tuples(st.just("claim"), st.lists(st.integers(0, 99), max_size=6)),
     st.tuples(st.just("reclaim"), st.integers(0, 99), st.integers(0, 12)),  # a freed table's head claimed back
@@ -258,6 +271,10 @@ def test_the_run_queue_evicts_in_the_order_of_a_plain_list(n, ops):
             pool.register(got[:m], hashes)
             ref.hash_of.update(zip(got[:m], hashes))
             tables.append((got, m))
+        elif op == "take1" and pool.num_free:
+            got = [pool.take_one()]
+            assert got == ref.take(1)
+            tables.append((got, 0))
         elif op == "give" and tables:
             t, m = tables.pop(args[0] % len(tables))
             pool.give(t, m if args[1] else None)

@@ -87,15 +87,17 @@ def usable_hit_tokens(hit_blocks: int, block_size: int, num_tokens: int) -> int:
 
 
 class _Run:
-    """Free cached blocks that one ``give`` queued (``IN_FREE_ORDER``), in eviction order: the
-    next one to evict is ``blocks[head]``; ``stale`` counts the entries past ``head`` whose block
-    was claimed back since (a block's entry is live when the block is free and
-    ``CachedBlockPool._run_of`` names this run: the last run it was freed into)."""
+    """Free cached blocks that one ``give`` queued (``IN_FREE_ORDER``), in eviction order, with
+    the hash each carries (``hashes[i]`` is ``blocks[i]``'s, so an eviction reads the hashes it
+    drops in order instead of block by block): the next one to evict is ``blocks[head]``;
+    ``stale`` counts the entries past ``head`` whose block was claimed back since (a block's entry
+    is live while ``CachedBlockPool._ref`` names this run for it: it is free, and this is the
+    last run it was freed into)."""
 
-    __slots__ = ("blocks", "head", "stale")
+    __slots__ = ("blocks", "hashes", "head", "stale")
 
-    def __init__(self, blocks: list[int]):
-        self.blocks, self.head, self.stale = blocks, 0, 0
+    def __init__(self, blocks: list[int], hashes: list[int]):
+        self.blocks, self.hashes, self.head, self.stale = blocks, hashes, 0, 0
 
 
 class CachedBlockPool:
@@ -106,9 +108,9 @@ class CachedBlockPool:
     evicted in the policy's key order. For a policy whose key is the free tick
     (``IN_FREE_ORDER``) that order is the order blocks were freed, kept as a queue of runs (the
     blocks one ``give`` freed, ``_Run``): a run with no stale entry is evicted by slicing it, a
-    block claimed back leaves a stale entry that is skipped when it is reached (each block names
-    the last run it was freed into, ``_run_of``; an entry is live when that is its run and the
-    block is free). Other policies use a heap whose entries carry
+    block claimed back leaves a stale entry that is skipped when it is reached (a free cached
+    block's reference count is replaced by the run it waits in, ``_ref``; an entry is live when
+    that is its run). Other policies use a heap whose entries carry
     the block's version (bumped when it is claimed). Per block, each operation costs a few list
     stores at most (O(log n) per heap push or pop); nothing walks the pool.
     """
@@ -125,15 +127,22 @@ class CachedBlockPool:
         self._free_head = 0
         self.key = EVICTION[eviction]
         self.in_free_order = eviction in IN_FREE_ORDER
-        self.ref = [0] * num_blocks
-        self.hash_of: list[int | None] = [None] * num_blocks  # block -> its hash
+        # block -> how many requests hold it; under ``IN_FREE_ORDER`` a free cached block holds
+        # the ``_Run`` it waits in instead of 0 (one store frees it into its run; ``ref`` is the
+        # plain view)
+        self._ref: list = [0] * num_blocks
+        # block -> the last hash a per-block registration gave it (every registration under a
+        # heap policy; not lru's registrations in bulk, whose hashes the tables' chains and the
+        # runs hold). It carries it only while ``block_of`` maps that hash back to it (an
+        # eviction drops the hash from ``block_of`` and leaves this entry); ``hash_of`` is the
+        # exact view, from ``block_of``.
+        self._hash_of: list[int | None] = [None] * num_blocks
         self.block_of: dict[int, int] = {}  # hash -> block
         # what the eviction key may read about each block (kept only for a heap's keys)
         self.last_access = [0] * num_blocks
         self.hits = [0] * num_blocks
         self.cached_at = [0] * num_blocks
         self._queue: deque[_Run] = deque()  # IN_FREE_ORDER: runs of free cached blocks, in the order freed
-        self._run_of: list[_Run | None] = [None] * num_blocks  # a free cached block's run (IN_FREE_ORDER)
         self._heap: list[tuple] = []  # otherwise: (key, push order, block, version)
         self._version = [0] * num_blocks
         self._evictable = 0
@@ -149,6 +158,17 @@ class CachedBlockPool:
     @property
     def num_free(self) -> int:
         return len(self._free) - self._free_head + self._evictable
+
+    def _carried(self) -> dict[int, int]:
+        """Block -> the hash it carries, for the blocks that carry one (``block_of`` inverted:
+        a scan, for the paths a request's table and chain do not serve)."""
+        return {b: h for h, b in self.block_of.items()}
+
+    @property
+    def hash_of(self) -> list[int | None]:
+        """Block -> the hash it carries, or None (built on each read: for checks and tests)."""
+        carried = self._carried()
+        return [carried.get(b) for b in range(self.num_blocks)]
 
     @property
     def num_plain_free(self) -> int:
@@ -167,7 +187,28 @@ class CachedBlockPool:
     @property
     def num_referenced(self) -> int:
         """Blocks with a non-zero reference count, counted one by one (for checks)."""
-        return sum(1 for r in self.ref if r)
+        return sum(1 for r in self._ref if r.__class__ is int and r)
+
+    @property
+    def ref(self) -> list[int]:
+        """Block -> how many requests hold it (built on each read: for checks and tests)."""
+        return [r if r.__class__ is int else 0 for r in self._ref]
+
+    def _nfree(self, blocks) -> int:
+        """How many of ``blocks`` (each carrying a hash) are free."""
+        if not blocks:
+            return 0
+        refs = list(map(self._ref.__getitem__, blocks))
+        if not self.in_free_order:
+            return countOf(refs, 0)
+        last = refs[-1]
+        if countOf(refs, last) == len(refs):  # (usually: all held once, or all free in one run)
+            return 0 if last.__class__ is int else len(refs)
+        return countOf(map(type, refs), _Run)
+
+    def is_free(self, b: int) -> bool:
+        r = self._ref[b]
+        return r.__class__ is not int or not r
 
     @property
     def num_evictable(self) -> int:
@@ -185,12 +226,47 @@ class CachedBlockPool:
             del free[:head]
             head = 0
         self._free_head = head
-        ref = self.ref
+        ref = self._ref
         for b in out:
             ref[b] = 1
         if k < n:
             out += self._evict(n - k)  # (referenced there)
         return out
+
+    def take_one(self) -> int:
+        """``take(1)[0]`` (a decode's growth: one block per call, the most frequent call), without
+        building lists when the block is a plain free one or the head of a clean run."""
+        free, head = self._free, self._free_head
+        if head < len(free):
+            b = free[head]
+            head += 1
+            if head > 4096 and 2 * head > len(free):  # (as ``take``)
+                del free[:head]
+                head = 0
+            self._free_head = head
+            self._ref[b] = 1
+            return b
+        if not self.in_free_order or not self._evictable:
+            return self.take(1)[0]
+        run = self._queue[0]  # ``_evict(1)`` on a clean run: its next entry
+        i = run.head
+        if run.stale or i + 1 >= len(run.blocks):  # (stale entries to skip, or the run's last entry or none)
+            return self.take(1)[0]
+        b, h = run.blocks[i], run.hashes[i]
+        run.head = i + 1
+        if self.on_evict is not None:
+            self.on_evict([h])
+        del self.block_of[h]
+        self._ref[b] = 1
+        if self.watched:
+            p = self.watched.pop(b, None)
+            if p is not None:
+                self.watched_free -= 1
+                if self.cut is None or p < self.cut:
+                    self.cut = p
+        self._evictable -= 1
+        self.evictions += 1
+        return b
 
     def evicts_any(self, n: int, blocks: dict) -> bool:
         """Whether the next ``n`` evictions (the ``n`` free cached blocks ``_evict`` would take
@@ -200,7 +276,7 @@ class CachedBlockPool:
         if n <= 0:
             return False
         if self.in_free_order:
-            keys, run_of, ref, seen = blocks.keys(), self._run_of, self.ref, 0
+            keys, ref, seen = blocks.keys(), self._ref, 0
             for run in self._queue:
                 rb, h = run.blocks, run.head
                 if not run.stale:
@@ -211,7 +287,7 @@ class CachedBlockPool:
                 else:
                     for i in range(h, len(rb)):
                         b = rb[i]
-                        if run_of[b] is not run or ref[b]:  # a stale entry, skipped as _evict skips it
+                        if ref[b] is not run:  # a stale entry, skipped as _evict skips it
                             continue
                         if b in blocks:
                             return True
@@ -221,7 +297,7 @@ class CachedBlockPool:
                 if seen >= n:
                     return False
             return False
-        heap, version, ref, popped, hit, seen = self._heap, self._version, self.ref, [], False, 0
+        heap, version, ref, popped, hit, seen = self._heap, self._version, self._ref, [], False, 0
         while seen < n and heap:
             e = heapq.heappop(heap)
             popped.append(e)
@@ -235,29 +311,30 @@ class CachedBlockPool:
             heapq.heappush(heap, e)
         return hit
 
-    def next_evicted(self, n: int) -> list[int]:
+    def next_evicted(self, n: int, hashes: bool = False) -> list[int]:
         """The blocks the next ``n`` evictions would take (fewer when fewer are free and cached),
-        in that order; changes nothing (as ``evicts_any``)."""
+        in that order, or with ``hashes`` the hashes they carry; changes nothing (as
+        ``evicts_any``)."""
         out: list[int] = []
         if n <= 0:
             return out
         if self.in_free_order:
-            run_of, ref = self._run_of, self.ref
+            ref = self._ref
             for run in self._queue:
                 rb, h = run.blocks, run.head
+                got = run.hashes if hashes else rb
                 if not run.stale:
-                    out += rb[h:h + n - len(out)]
+                    out += got[h:h + n - len(out)]
                 else:
                     for i in range(h, len(rb)):
-                        b = rb[i]
-                        if run_of[b] is run and not ref[b]:
-                            out.append(b)
+                        if ref[rb[i]] is run:
+                            out.append(got[i])
                             if len(out) == n:
                                 break
                 if len(out) >= n:
                     break
             return out
-        heap, version, ref, popped = self._heap, self._version, self.ref, []
+        heap, version, ref, popped = self._heap, self._version, self._ref, []
         while len(out) < n and heap:
             e = heapq.heappop(heap)
             popped.append(e)
@@ -266,32 +343,34 @@ class CachedBlockPool:
                 out.append(b)
         for e in popped:
             heapq.heappush(heap, e)
-        return out
+        return list(map(self._hash_of.__getitem__, out)) if hashes else out
 
     def _evict(self, n: int) -> list[int]:
         """The ``n`` free cached blocks with the smallest keys, their hashes dropped, each now
         referenced once (``take`` hands them out)."""
-        hash_of, block_of, watched = self.hash_of, self.block_of, self.watched
+        block_of, watched = self.block_of, self.watched
         if self.in_free_order:
-            queue, run_of, ref, out, need = self._queue, self._run_of, self.ref, [], n
+            queue, ref, out, hashes, need = self._queue, self._ref, [], [], n
             while need:
                 run = queue[0]
                 rb, h = run.blocks, run.head
                 if not run.stale:
                     seg = rb[h:h + need]
                     out += seg
+                    hashes += run.hashes[h:h + len(seg)]
                     h += len(seg)
                     need -= len(seg)
                 else:
-                    end = len(rb)
+                    end, rh = len(rb), run.hashes
                     while need and h < end:
                         b = rb[h]
-                        h += 1
-                        if run_of[b] is run and not ref[b]:
+                        if ref[b] is run:
                             out.append(b)
+                            hashes.append(rh[h])
                             need -= 1
                         else:
                             run.stale -= 1
+                        h += 1
                 run.head = h
                 if h == len(rb):
                     queue.popleft()
@@ -300,23 +379,19 @@ class CachedBlockPool:
             heap, version = self._heap, self._version
             while len(out) < n:
                 _, _, b, v = heapq.heappop(heap)
-                if v == version[b] and self.ref[b] == 0:
+                if v == version[b] and self._ref[b] == 0:
                     version[b] += 1
                     out.append(b)
-        ref = self.ref
+            hashes = list(map(self._hash_of.__getitem__, out))  # (each registration under a heap policy records it)
+        ref = self._ref
         if self.on_evict is not None:  # a lower tier takes the evicted hashes, oldest first
-            hashes = list(map(hash_of.__getitem__, out))
             self.on_evict(hashes)
-            for h in hashes:
-                del block_of[h]
-            for b in out:
-                hash_of[b] = None
-                ref[b] = 1
-        else:
-            for b in out:
-                del block_of[hash_of[b]]
-                hash_of[b] = None
-                ref[b] = 1
+        # the hashes leave the cache (``_hash_of`` may keep them: a block carries a hash only
+        # while ``block_of`` maps it back)
+        for h in hashes:
+            del block_of[h]
+        for b in out:
+            ref[b] = 1
         if watched:
             for b in watched.keys() & out:
                 p = watched.pop(b)
@@ -329,27 +404,46 @@ class CachedBlockPool:
 
     def claim(self, blocks: list[int]) -> None:
         """Reference cached blocks found by their hashes (a hit)."""
-        ref = self.ref
+        ref, lru = self._ref, self.in_free_order
         refs = list(map(ref.__getitem__, blocks))
-        nfree = countOf(refs, 0)
-        for b in blocks:
-            ref[b] += 1
-        if nfree:
-            if nfree == len(blocks):
-                freed = blocks
-            elif refs[len(blocks) - nfree] == 0 and refs.index(0) == len(blocks) - nfree:
-                freed = blocks[len(blocks) - nfree:]  # (usually: held ones first, a shared prefix)
+        # free ones: under lru each holds its run (never an int), else 0
+        if not lru:
+            nfree = countOf(refs, 0)
+        elif refs and refs[-1].__class__ is not int and countOf(refs, refs[-1]) == len(refs):
+            nfree = len(refs)  # (usually: a preempted request's own blocks, all in one run)
+        else:
+            nfree = len(refs) - countOf(map(type, refs), int)
+        if not nfree:
+            for b in blocks:
+                ref[b] += 1
+        else:
+            n = len(blocks)
+            if nfree == n:
+                freed, runs = blocks, refs
+            elif (refs[n - 1].__class__ is not int if lru else refs[n - 1] == 0) and (
+                    countOf(map(type, refs[n - nfree:]), int) == 0 if lru else countOf(refs[n - nfree:], 0) == nfree):
+                freed, runs = blocks[n - nfree:], refs[n - nfree:]  # (usually: held ones first, a shared prefix)
+                for b in blocks[:n - nfree]:
+                    ref[b] += 1
             else:
-                freed = [b for b, r in zip(blocks, refs) if not r]
+                freed, runs = [], []
+                for b, r in zip(blocks, refs):
+                    if r.__class__ is int and r:
+                        ref[b] = r + 1
+                    else:
+                        freed.append(b)
+                        runs.append(r)
+            for b in freed:
+                ref[b] = 1
             self._evictable -= nfree
-            if self.in_free_order:  # each leaves a stale entry in its run (its run_of stays, it is referenced)
-                runs = list(map(self._run_of.__getitem__, freed))
+            if lru:  # each leaves a stale entry in its run (it holds a count now, not the run)
                 if countOf(runs, runs[0]) == nfree:  # (usually: one run, a preempted request's own blocks)
                     rb = runs[0].blocks
-                    if rb[len(rb) - nfree:] == freed[::-1]:
+                    cut = len(rb) - nfree
+                    if rb[cut:] == freed[::-1]:
                         # the run's last entries, the blocks of a table freed tail first and now
                         # claimed back from its head (a hit is a prefix): cut, no stale entry left
-                        del rb[len(rb) - nfree:]
+                        del rb[cut:], runs[0].hashes[cut:]
                     else:
                         runs[0].stale += nfree
                 else:
@@ -367,18 +461,20 @@ class CachedBlockPool:
                 hits[b] += 1
                 last_access[b] = tick
 
-    def give(self, blocks: list[int], hashed: int | None = None) -> None:
+    def give(self, blocks: list[int], hashed: int | None = None, chain: list[int] | None = None) -> None:
         """Drop one reference from each block; unreferenced blocks become free (tail first, so
         a sequence's last blocks are evicted before its shared prefix). ``hashed``, when given:
         the caller knows that ``blocks[:hashed]`` each carry a hash and the rest carry none and
-        have no other holder (a request's table: ``PrefixKVManager.free``)."""
-        ref, hash_of, free, run_of, cached = self.ref, self.hash_of, self._free, self._run_of, []
+        have no other holder (a request's table: ``PrefixKVManager.free``); ``chain``, when given
+        with it: ``blocks[i]`` carries ``chain[i]`` for each ``i < hashed``."""
+        ref, hash_of, free, cached = self._ref, self._hash_of, self._free, []
         if hashed is not None and self.in_free_order:
             # in bulk when the blocks still shared with other requests lead the table (a common
             # prefix): those lose a reference, the rest become free, the hashed ones as one run
             refs = list(map(ref.__getitem__, blocks[:hashed]))
-            shared = refs.index(1) if 1 in refs else hashed
-            if shared == hashed or max(refs[shared:]) == 1:
+            ones = countOf(refs, 1)  # (each is held: a count of at least 1)
+            shared = 0 if ones == hashed else refs.index(1) if ones else hashed
+            if shared + ones == hashed:  # the blocks held by this table alone are the last ones
                 for b in blocks[:shared]:
                     ref[b] -= 1
                 plain = blocks[hashed:]
@@ -390,26 +486,43 @@ class CachedBlockPool:
                     return
                 cached = blocks[shared:hashed]
                 cached.reverse()
-                run = _Run(cached)
+                if chain is not None:
+                    hashes = chain[shared:hashed]
+                    hashes.reverse()
+                else:
+                    hashes = list(map(self._carried().__getitem__, cached))
+                run = _Run(cached, hashes)
                 for b in cached:
-                    ref[b] = 0
-                    run_of[b] = run
+                    ref[b] = run
                 self._queue.append(run)
                 self._evictable += len(cached)
                 if self.watched:
                     self.watched_free += len(self.watched.keys() & cached)
                 return
-        run = _Run(cached) if self.in_free_order else None  # (its blocks: ``cached``, filled below)
-        for b in reversed(blocks):
+        hashes: list[int] = []
+        run = _Run(cached, hashes) if self.in_free_order else None  # (filled below)
+        get = self.block_of.get
+        if not self.in_free_order:  # (every registration recorded its hash in ``_hash_of``)
+            hash_at = [h if get(h) == b else None for b, h in zip(blocks, map(hash_of.__getitem__, blocks))]
+        elif chain is not None:  # a table: its block i can carry only chain[i]
+            n = len(chain)
+            hash_at = [chain[i] if i < n and get(chain[i]) == b else None for i, b in enumerate(blocks)]
+        else:
+            hash_at = list(map(self._carried().get, blocks))
+        for i in range(len(blocks) - 1, -1, -1):
+            b = blocks[i]
             r = ref[b] - 1
             ref[b] = r
             if r:
                 continue
-            if hash_of[b] is None:
+            h = hash_at[i]
+            if h is None:  # (carries no hash)
                 free.append(b)
             else:
                 cached.append(b)
-                run_of[b] = run
+                hashes.append(h)
+                if run is not None:
+                    ref[b] = run
         if not cached:
             return
         self._evictable += len(cached)
@@ -431,15 +544,15 @@ class CachedBlockPool:
         another block already caches that hash or the block has one; how many got one.
         ``fresh``: the caller knows that no block of ``blocks`` has a hash (each was taken
         without one and is offered once: ``PrefixKVManager``)."""
-        block_of, hash_of = self.block_of, self.hash_of
+        block_of, hash_of = self.block_of, self._hash_of
+        carried = {} if fresh else self._carried()
         if (self.in_free_order and block_of.keys().isdisjoint(hashes)
-                and (fresh or countOf(map(hash_of.__getitem__, blocks), None) == len(blocks))):
-            # the usual case in bulk: new hashes on blocks without one (no key to keep under lru)
+                and (fresh or carried.keys().isdisjoint(blocks))):
+            # the usual case in bulk: new hashes on blocks without one (no key to keep under lru;
+            # no ``_hash_of`` either: a table's chain, and a run once free, hold the hashes)
             n0 = len(block_of)
             block_of.update(zip(hashes, blocks))
             if len(block_of) - n0 == len(hashes):
-                for b, h in zip(blocks, hashes):
-                    hash_of[b] = h
                 return len(blocks)
             for h in hashes:  # a hash repeated within ``hashes``: undone, the loop below keeps the first
                 block_of.pop(h, None)
@@ -447,7 +560,7 @@ class CachedBlockPool:
         last_access, hits, cached_at = self.last_access, self.hits, self.cached_at
         n = 0
         for b, h in zip(blocks, hashes):
-            if h in block_of or hash_of[b] is not None:
+            if h in block_of or b in carried:
                 continue
             block_of[h] = b
             hash_of[b] = h
@@ -482,6 +595,7 @@ class PrefixKVManager(KVManager):
         # request id -> how many leading blocks of its table carry a hash, all later ones none
         # (-1: unknown, one was refused a hash); absent: none does (``free`` hands it to ``give``)
         self._hashed: dict[int, int] = {}
+        self._chain_of: dict[int, list[int]] = {}  # request id -> its chain, while it holds blocks (``give``)
         self._last_chain: tuple = (None, [])
         self._last_hits: tuple = (None, [])
 
@@ -524,9 +638,9 @@ class PrefixKVManager(KVManager):
             return self.allocate(req_id, total_tokens)  # (registers full blocks)
         pool = self.pool
         pool.tick += 1
-        if pool.num_free < 1:
+        if len(pool._free) == pool._free_head and not pool._evictable:  # (no free block)
             return False
-        table += pool.take(1)
+        table.append(pool.take_one())
         self.held[req_id] = len(table)
         return True
 
@@ -548,14 +662,13 @@ class PrefixKVManager(KVManager):
         pool = self.pool
         memo_chain, out = self._last_hits
         watched = pool.watched
-        ref = pool.ref
         if memo_chain is not chain:
             out = []
             watched.clear()
             pool.cut, pool.watched_free = None, 0
         elif pool.cut is not None:
             for b in out[pool.cut:]:
-                if watched.pop(b, None) is not None and ref[b] == 0:
+                if watched.pop(b, None) is not None and pool.is_free(b):
                     pool.watched_free -= 1
             del out[pool.cut:]
             pool.cut = None
@@ -572,7 +685,7 @@ class PrefixKVManager(KVManager):
             step = min(4 * step, 4096)
         if new:
             watched.update(zip(new, range(start, start + len(new))))
-            pool.watched_free += countOf(map(ref.__getitem__, new), 0)
+            pool.watched_free += pool._nfree(new)
             out += new
         self._last_hits = (chain, out)
         return out
@@ -622,8 +735,7 @@ class PrefixKVManager(KVManager):
                 return False
             # hit blocks that are free leave the free count when claimed
             if not self.can_allocate(fresh + len(hits), admit=admit):
-                ref = pool.ref
-                free_hits = pool.watched_free - sum(1 for b in known[k:] if ref[b] == 0)
+                free_hits = pool.watched_free - pool._nfree(known[k:])
                 if not self.can_allocate(fresh + free_hits, admit=admit):
                     return False
             pool.claim(hits)
@@ -631,7 +743,7 @@ class PrefixKVManager(KVManager):
                 self._load(chain[g:k])
             self.tables[req_id] = table = hits + pool.take(fresh)
             self.held[req_id] = len(table)
-            self._chains[req_id] = chain
+            self._chains[req_id] = self._chain_of[req_id] = chain
             self._registered[req_id] = self._hashed[req_id] = g
         elif not super().allocate(req_id, total_tokens, admit=admit):
             return False
@@ -662,7 +774,7 @@ class PrefixKVManager(KVManager):
         self.held.pop(req_id, None)
         blocks = self.tables.pop(req_id, ())
         hashed = self._hashed.pop(req_id, 0)
-        self.pool.give(blocks, hashed if hashed >= 0 else None)
+        self.pool.give(blocks, hashed if hashed >= 0 else None, self._chain_of.pop(req_id, None))
         return len(blocks)
 
     @property

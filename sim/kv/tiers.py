@@ -385,9 +385,9 @@ class TieredBlockPool(CachedBlockPool):
             if tiers.disk:
                 found |= tiers.disk.keys() & hashes
             if found:
-                block_of, hash_of = self.block_of, self.hash_of
+                block_of, carried = self.block_of, {} if fresh else self._carried()
                 for b, h in zip(blocks, hashes):
-                    if h in found and h not in block_of and hash_of[b] is None:
+                    if h in found and h not in block_of and b not in carried:
                         tiers.supersede(h)
         return super().register(blocks, hashes, fresh)
 
@@ -435,8 +435,8 @@ class TieredKVManager(PrefixKVManager):
         rest = self._rest
         if rest[0] is not chain or rest[1] != g:
             rest = self._rest = (chain, g, set(chain[g:]))
-        evicted = pool.next_evicted(k)
-        if not rest[2].isdisjoint(map(pool.hash_of.__getitem__, evicted)):
+        evicted = pool.next_evicted(k, hashes=True)
+        if not rest[2].isdisjoint(evicted):
             return True
         run = self.tiers.run(chain, g)
         return run > 0 and self.tiers.drops_any(len(evicted), chain[g:g + run])
