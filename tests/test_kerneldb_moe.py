@@ -243,3 +243,37 @@ def test_moe_table_prices_the_experts_from_another_frameworks_rows():
     assert any("(cost.moe_table)" in n and "vllm" in n for n in other.notes)
     assert other.attn_decode(8, 8 * 1000, 1000) == own.attn_decode(8, 8 * 1000, 1000)  # the rest: TRT-LLM's
     assert cm("trtllm", "trtllm").moe(64) == own.moe(64)
+
+
+@needs_db
+def test_nvfp4_deepseek_r1_and_kimi_price_their_attention_projections_in_bf16():
+    """NVIDIA's NVFP4 DeepSeek-R1 and Kimi-K2.5 checkpoints keep ``self_attn`` unquantised: the
+    attention projections from the bf16 GEMM table, the shared experts, dense MLPs and routed
+    experts in nvfp4; other nvfp4 models keep nvfp4 projections."""
+    assert kerneldb_moe.attention_format(get_model("deepseek-r1"), "nvfp4") == "bfloat16"
+    assert kerneldb_moe.attention_format(get_model("kimi-k2.5"), "nvfp4") == "bfloat16"
+    assert kerneldb_moe.attention_format(get_model("deepseek-r1"), "fp8") is None
+    assert kerneldb_moe.attention_format(get_model("deepseek-v3"), "nvfp4") is None
+    cm = _cm("deepseek-r1", hw="b200", tp=8, dtype="nvfp4", framework="trtllm")
+    s, m = cm.shapes, cm.model
+    t = 4
+    gemm, _, _ = cm._dense_terms(t, t)
+    want = m.num_layers * sum(cm._gemm_mnk(t, *s.gemms[op], "bfloat16") for op in ("qkv_a", "q_b", "o"))
+    want += 3 * sum(cm._gemm_mnk(t, *s.gemms[op], "nvfp4") for op in ("gate_up", "down"))
+    want += 58 * (cm.moe(t) + cm._gemm_mnk(t, *s.gemms["router"], "bfloat16")
+                  + sum(cm._gemm_mnk(t, *s.gemms[op], "nvfp4") for op in ("shared_gate_up", "shared_down")))
+    want += cm._gemm_mnk(t, *s.gemms["lm_head"], "bfloat16")
+    assert gemm == pytest.approx(want, rel=1e-12)
+    assert cm._gemm_mnk(t, *s.gemms["qkv_a"], "bfloat16") < cm._gemm_mnk(t, *s.gemms["qkv_a"], "nvfp4")
+    assert any("attention projections: bfloat16" in n for n in cm.notes)
+    # a decode step at a table point of the bf16 MLA module costs that module (its GEMMs are the bf16 ones)
+    gen = pd.read_parquet(kd.data_dir("b200_sxm") / "mla" / "trtllm" / cm.meta["mla"].split()[1]
+                          / "mla_generation_module_perf.parquet")
+    gen = gen[(gen.num_heads == 16) & (gen.gemm_type == "bfloat16")
+              & (gen.kv_cache_dtype == ("fp8" if cm.kv_fp8 else "bfloat16"))]
+    b, kv = 8, 1024
+    ms = gen[(gen.batch_size == b) & (gen.step == kv)].latency.min()
+    assert cm.attn_decode(b, b * kv) + sum(cm.gemm(op, b) for op in ("qkv_a", "q_b", "o")) \
+        == pytest.approx(ms / 1e3, rel=1e-9)
+    other = _cm("deepseek-v3", hw="b200", tp=8, dtype="nvfp4", framework="trtllm")
+    assert other.gemm("qkv_a", t) == other._gemm_mnk(t, *s.gemms["qkv_a"], "nvfp4")

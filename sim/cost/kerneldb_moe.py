@@ -74,6 +74,25 @@ several times slower than its ``fp8_block`` and bf16 rows at decode sizes: not t
 checkpoint runs); their dense GEMMs from the per-tensor ``fp8`` GEMM table."""
 
 
+BF16_ATTENTION_NVFP4 = ("deepseek-r1", "kimi-k2.5")
+"""Catalog models whose NVFP4 checkpoints keep the attention projections in bf16: NVIDIA's DeepSeek-R1
+NVFP4 checkpoints are made by TensorRT Model Optimizer's DeepSeek example, whose ``ptq.py`` disables
+quantisation of ``*attn*`` unless asked (NVIDIA/TensorRT-Model-Optimizer ``examples/deepseek/ptq.py``;
+``quantize_to_nvfp4.py`` writes the modules it did not quantise as bf16), and aiconfigurator-core 0.12.0
+prices them so (``sdk/models/deepseek.py``: "Kimi-K2.5/R1 NVFP4 exclude the whole self_attn block from
+quantization"); ``nvidia/Kimi-K2.5-NVFP4``'s ``quantization_config.ignore`` lists ``self_attn*`` of every
+layer (aiconfigurator-core 0.12.0 ``model_configs/nvidia--Kimi-K2.5-NVFP4_config.json``). Their routed and
+shared experts and dense MLPs are NVFP4."""
+ATTENTION_GEMMS = ("qkv", "o", "qkv_a", "q_b", "kv_b")
+"""The attention projections (``RooflineCostModel``'s GEMM names)."""
+
+
+def attention_format(model, dtype: str) -> str | None:
+    """The GEMM table dtype of the attention projections where the checkpoint keeps them in another
+    format than its other GEMMs (``BF16_ATTENTION_NVFP4``), else None."""
+    return "bfloat16" if dtype == "nvfp4" and model.id in BF16_ATTENTION_NVFP4 else None
+
+
 def handles(model) -> bool:
     """True for the models this module prices (any MoE or MLA layout)."""
     return bool(model.is_moe or model.is_mla or model.num_shared_experts or model.first_dense_layers)
@@ -237,6 +256,10 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         self._start_tables(framework, version, system, arrays)
         self._group_memo: dict = {}  # moe and dp_exchange by tokens (``_memo``)
         self.gemm_dtype, self.moe_dtype = weight_formats(model, self.dtype)
+        self.attn_gemm_dtype = attention_format(model, self.dtype)
+        if self.attn_gemm_dtype:
+            self.notes.append(f"attention projections: {self.attn_gemm_dtype} GEMMs (the {self.dtype} checkpoint keeps "
+                              f"them unquantised), the other GEMMs {self.gemm_dtype}")
         if model.id in FP8_CHANNEL_MODELS and self.moe_dtype == "fp8_block":
             self.notes.append("fp8 experts of a per-channel / dynamic fp8 checkpoint: the fp8_block MoE rows (the "
                               "per-tensor fp8 rows time another kernel, several times slower at decode sizes)")
@@ -440,7 +463,13 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         if m <= 0:
             return 0.0
         n, k = self.shapes.gemms[op]
-        return self._gemm_mnk(m, n, k, "bfloat16" if op in ("lm_head", "router") else self.gemm_dtype)
+        if op in ("lm_head", "router"):
+            dt = "bfloat16"
+        elif self.attn_gemm_dtype and op in ATTENTION_GEMMS:
+            dt = self.attn_gemm_dtype
+        else:
+            dt = self.gemm_dtype
+        return self._gemm_mnk(m, n, k, dt)
 
     def attn_prefill(self, chunks) -> float:
         if not self.shapes.mla:
@@ -455,7 +484,7 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         t, keys = self._prefill_lookup(self._mla_ctx, chunks)
         if self._mla_kind == "kernel":  # the kernel table leaves out the kv_b up-projection
             n, k = self.shapes.gemms["kv_b"]
-            t += self._gemm_mnk(int(keys), n, k, self.gemm_dtype)
+            t += self._gemm_mnk(int(keys), n, k, self.attn_gemm_dtype or self.gemm_dtype)
         return t
 
     def attn_prefill_window(self, chunks) -> float:
