@@ -181,6 +181,10 @@ class Pool(_Strict):
     autoscale: PoolAutoscale | None = None
     scheduler: PoolScheduler | None = Field(default=None, description=(
         "this pool's scheduler limits where they differ from the top-level scheduler's"))
+    moe_table: Literal["framework", "vllm", "sglang", "trtllm"] | None = Field(default=None, description=(
+        "whose kernel-database collection prices this pool's routed experts (cost.moe_table for this pool: "
+        "disaggregated workers may run different MoE backends, e.g. TRT-LLM DeepGEMM prefill and TRTLLM "
+        "decode); default: cost.moe_table"))
 
     @field_validator("hardware")
     @classmethod

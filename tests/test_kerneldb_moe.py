@@ -277,3 +277,26 @@ def test_nvfp4_deepseek_r1_and_kimi_price_their_attention_projections_in_bf16():
         == pytest.approx(ms / 1e3, rel=1e-9)
     other = _cm("deepseek-v3", hw="b200", tp=8, dtype="nvfp4", framework="trtllm")
     assert other.gemm("qkv_a", t) == other._gemm_mnk(t, *s.gemms["qkv_a"], "nvfp4")
+
+
+@needs_db
+def test_trtllm_deepseek_layers_run_their_norms_inside_the_all_reduce():
+    """TRT-LLM's DeepSeek-V3 decoder layer (TP > 1, no attention DP) fuses the post-attention and
+    next-layer RMSNorm into the all-reduce: a step's elementwise part is the unfused one less two
+    norms per layer; vLLM, TP 1 and attention-DP ranks keep them."""
+    m = get_model("deepseek-r1")
+    assert kerneldb_moe.trtllm_norm_in_allreduce("trtllm", m, 8, 1)
+    assert not kerneldb_moe.trtllm_norm_in_allreduce("trtllm", m, 8, 2)
+    assert not kerneldb_moe.trtllm_norm_in_allreduce("trtllm", m, 1, 1)
+    assert not kerneldb_moe.trtllm_norm_in_allreduce("vllm", m, 8, 1)
+    assert not kerneldb_moe.trtllm_norm_in_allreduce("trtllm", get_model("qwen3-235b-a22b"), 8, 1)
+    trt = _cm("deepseek-r1", tp=8, framework="trtllm")
+    assert trt.engine["fused"] == frozenset({"rmsnorm"})
+    assert _cm("deepseek-r1", tp=8, framework="vllm").engine["fused"] == frozenset()
+    for tokens in (1, 64):
+        other, _ = trt._other_and_comm(tokens, tokens)
+        trt.engine = {**trt.engine, "fused": frozenset()}
+        unfused, _ = trt._other_and_comm(tokens, tokens)
+        trt.engine = {**trt.engine, "fused": frozenset({"rmsnorm"})}
+        assert other == pytest.approx(unfused - m.num_layers * 2 * trt.elementwise("rmsnorm", tokens), rel=1e-12)
+        assert other < unfused

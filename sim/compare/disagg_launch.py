@@ -111,3 +111,28 @@ def recipe_decode_batch(model: str, system: str, precision: str, isl: int, osl: 
     if model != "deepseek-r1" or pdp <= 1 or ddp != 1:
         return None
     return DECODE_BATCH.get((system, precision, isl, osl, pw, ptp * pdp, dw, dtp), {}).get(concurrency)
+
+
+DECODE_MOE_SOURCE = ("NVIDIA/srt-slurm recipes/trtllm: b200-fp8/1k1k/stp/ctx1_gen3_tp8_batch1024_eplb0_mtp0_4_trtllm_serve.yaml "
+                     "(commit d0b60a10) and gb300-fp8/1k1k/stp/ctx1_gen4_tep8_batch4_eplb0_mtp0_24.yaml (commit 3aea7261): "
+                     "decode workers without attention DP run moe_config.backend TRTLLM, prefill workers DEEPGEMM; "
+                     "aiconfigurator collector/trtllm/collect_moe.py times TRT-LLM's trtllm-gen nvfp4 experts "
+                     "(min-latency mode) on SM100 only and fp8_block with DeepGEMM only")
+"""Where ``decode_moe_table`` is read from."""
+BLACKWELL = ("b200_sxm", "gb200", "gb300")
+TRTLLM_GEN_ELSEWHERE = {"fp8": BLACKWELL, "fp4": ("gb300",)}
+"""Where TRT-LLM's own kernel-database collection lacks the trtllm-gen experts its ``TRTLLM`` MoE backend
+runs, by csv precision: fp8 (block-scaled; timed with DeepGEMM only) on every Blackwell system, nvfp4 on
+GB300 (SM103: the collector's min-latency, trtllm-gen, mode runs on SM100 only; B200 and GB200 have
+those rows)."""
+
+
+def decode_moe_table(model: str, system: str, precision: str, decode_dp: int) -> str | None:
+    """The ``moe_table`` of the decode pool of an InferenceMAX DeepSeek-R1 TRT-LLM disaggregated row
+    (``DECODE_MOE_SOURCE``): its decode workers without attention DP run the ``TRTLLM`` MoE backend
+    (trtllm-gen kernels), which vLLM 0.24's collection times through FlashInfer where TRT-LLM's does
+    not (``TRTLLM_GEN_ELSEWHERE``): "vllm"; None: the framework's own table (attention-DP decode
+    workers, whose recipes were not read for this, Hopper, other models)."""
+    if model != "deepseek-r1" or decode_dp > 1:
+        return None
+    return "vllm" if system in TRTLLM_GEN_ELSEWHERE.get(precision, ()) else None

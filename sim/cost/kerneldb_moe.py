@@ -93,6 +93,22 @@ def attention_format(model, dtype: str) -> str | None:
     return "bfloat16" if dtype == "nvfp4" and model.id in BF16_ATTENTION_NVFP4 else None
 
 
+TRTLLM_MLA_NORM_IN_ALLREDUCE = (
+    "TensorRT-LLM tensorrt_llm/_torch/models/modeling_deepseekv3.py, DeepseekV3DecoderLayer: with TP > 1 and "
+    "no attention DP (enable_fusion, on unless TRTLLM_DEEPSEEK_EAGER_FUSION_DISABLED=1) the MoE layers set "
+    "PRE_MOE_FUSION / POST_MOE_FUSION and the dense layers POST_MLP_FUSION: the post-attention and the next "
+    "layer's input RMSNorm run inside the all-reduce (AllReduceFusionOp.RESIDUAL_RMS_NORM)")
+"""Where TRT-LLM's MLA (DeepSeek-V3 architecture) models fuse their norms into the all-reduce."""
+
+
+def trtllm_norm_in_allreduce(framework: str, model, tp: int, dp: int) -> bool:
+    """Whether a step's per-layer RMSNorms run inside TRT-LLM's all-reduce
+    (``TRTLLM_MLA_NORM_IN_ALLREDUCE``): TRT-LLM, an MLA model (its DeepSeek-V3 decoder layer), TP > 1,
+    no attention DP. (The dense first layers' post-attention norm is fused only for NVFP4 weights,
+    ``PRE_MLP_FUSION``: three norms of 122 in DeepSeek-V3, counted as fused.)"""
+    return framework == "trtllm" and bool(model.is_mla) and tp > 1 and dp <= 1
+
+
 def handles(model) -> bool:
     """True for the models this module prices (any MoE or MLA layout)."""
     return bool(model.is_moe or model.is_mla or model.num_shared_experts or model.first_dense_layers)
@@ -265,11 +281,16 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                               "per-tensor fp8 rows time another kernel, several times slower at decode sizes)")
         self.meta.update(dict(s.split("=", 1) for s in arrays.get("moe|meta", np.array([])).tolist()))
         # the tables' own composition: TRT-LLM's static fp8 scales and fused elementwise kernels
-        # (``kerneldb.engine_kernels``) are applied to dense models only
-        self.engine = {"static_fp8": False, "fp8_input": frozenset(), "fused": frozenset()}
+        # (``kerneldb.engine_kernels``) are applied to dense models only, but for the norms of
+        # TRT-LLM's DeepSeek-V3 decoder layers (``TRTLLM_MLA_NORM_IN_ALLREDUCE``)
+        fused = frozenset({"rmsnorm"}) if trtllm_norm_in_allreduce(framework, model, self.tp, self.dp) else frozenset()
+        self.engine = {"static_fp8": False, "fp8_input": frozenset(), "fused": fused}
         if framework == "trtllm":
-            self.notes.append("TRT-LLM kernel fusions (static fp8 scales, rotary/KV write in attention, norm in the "
-                              "all-reduce) are modelled for dense models only: priced here as the tables compose them")
+            self.notes.append("TRT-LLM kernel fusions (static fp8 scales, rotary/KV write in attention"
+                              + (") are modelled for dense models only; the norms run inside the all-reduce"
+                                 " (DeepSeek-V3 decoder layers, TP > 1 without attention DP)" if fused else
+                                 ", norm in the all-reduce) are modelled for dense models only")
+                              + ": priced here as the tables compose them")
         s = self.shapes
         mla_gemm = "fp8_block" if self.gemm_dtype in ("fp8", "fp8_block") else "bfloat16"
         self._load_gemms(arrays, ("bfloat16", self.gemm_dtype, *((mla_gemm,) if s.mla else ())))
