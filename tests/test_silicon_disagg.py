@@ -160,6 +160,24 @@ def test_a_pools_own_moe_table_prices_only_that_pools_experts(tmp_path, monkeypa
     assert "cluster.pools[1].moe_table" in str(e.value) and "\n" not in str(e.value)
 
 
+def test_the_row_only_an_mtp_entry_names_replays_with_mtp_on_its_decode_pool():
+    """GB200 fp4 1k/8k, one DEP4 prefill worker and 7 TEP8 decode workers: concurrency 7 is listed
+    only by the MTP entry (ctx1_gen7_tep8_batch1_eplb0_mtp3), 5 only by the STP one: the first
+    replays with speculative {method: mtp, 3 drafts} (the run's section, verified on the decode pool),
+    the second without; both load as valid configs."""
+    kw = dict(osl=8192, decode_num_workers=7.0, decode_tp_size=8.0, decode_moe_ep_size=8.0, decode_batch_size=1.0)
+    mtp, stp = recipe_row(7, **kw), recipe_row(5, **kw)
+    assert mtp["speculative"] == "mtp" and stp["speculative"] == ""
+    assert silicon.disagg_mtp_drafts(mtp) == 3 and silicon.disagg_mtp_drafts(stp) is None
+    cm = silicon.row_config(mtp, "roofline", silicon.CLIENTS["bench-serving"])
+    assert cm["speculative"] == {"method": "mtp", "num_speculative_tokens": 3}
+    assert "speculative" not in silicon.row_config(stp, "roofline", silicon.CLIENTS["bench-serving"])
+    c = load_config(cm)
+    assert c.speculative.enabled and c.speculative.rates() == [0.85] * 3  # DeepSeek-V3's report, as aggregated rows
+    assert silicon.disagg_limits(mtp) == ({}, {"max_num_seqs": 1})
+    assert silicon.disagg_mtp_drafts({**mtp, "backend": "sglang"}) is None
+
+
 def test_the_generators_limits_for_each_backend():
     """aiconfigurator's generator rules: prefill max_batch_size = the row's prefill batch size;
     the decode batch 512 below 512 (else twice it) on TRT-LLM and vLLM, the row's own on SGLang;

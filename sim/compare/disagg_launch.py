@@ -136,3 +136,28 @@ def decode_moe_table(model: str, system: str, precision: str, decode_dp: int) ->
     if model != "deepseek-r1" or decode_dp > 1:
         return None
     return "vllm" if system in TRTLLM_GEN_ELSEWHERE.get(precision, ()) else None
+
+
+MTP_SOURCE = ("InferenceMAX .github/configs/nvidia-master.yaml (SemiAnalysisAI/InferenceX, commit 0004cf5f), "
+              "dsr1-fp4-gb200-dynamo-trt, 1k/8k: the spec-decoding mtp entry recipes/trtllm/gb200-fp4/1k8k/mtp/"
+              "ctx1_gen7_tep8_batch1_eplb0_mtp3.yaml lists concurrency 7, the STP entry of that layout 5")
+"""Where ``MTP_DECODE`` is read from."""
+MTP_DECODE: dict[tuple, dict[int, int]] = {
+    # (system, csv precision, isl, osl, prefill workers, prefill GPUs per worker, decode workers,
+    #  decode GPUs per worker) -> {concurrency: MTP draft tokens} of the rows only an MTP entry names
+    ("gb200", "fp4", 1024, 8192, 1, 4, 7, 8): {7: 3},
+}
+"""InferenceMAX's DeepSeek-R1 TRT-LLM disaggregated rows measured with MTP: the layouts and concurrencies
+only an MTP entry of the search space lists (``MTP_SOURCE``; where an STP and an MTP entry list the same
+concurrency, the csv cannot tell, and the row replays without speculation)."""
+
+
+def recipe_mtp_drafts(model: str, system: str, precision: str, isl: int, osl: int, prefill: tuple[int, int, int],
+                      decode: tuple[int, int, int], concurrency: int) -> int | None:
+    """MTP draft tokens of an InferenceMAX DeepSeek-R1 TRT-LLM disaggregated row only an MTP entry
+    names (``MTP_DECODE``), else None; arguments as ``recipe_decode_batch``'s."""
+    pw, ptp, pdp = prefill
+    dw, dtp, ddp = decode
+    if model != "deepseek-r1" or ddp != 1:
+        return None
+    return MTP_DECODE.get((system, precision, isl, osl, pw, ptp * pdp, dw, dtp), {}).get(concurrency)
