@@ -257,7 +257,7 @@ def test_nvfp4_deepseek_r1_and_kimi_price_their_attention_projections_in_bf16():
     cm = _cm("deepseek-r1", hw="b200", tp=8, dtype="nvfp4", framework="trtllm")
     s, m = cm.shapes, cm.model
     t = 4
-    gemm, _, _ = cm._dense_terms(t, t)
+    gemm = cm._gemm_terms(t, t)  # (every GEMM of the step, before the decode steps' expert overlap)
     want = m.num_layers * sum(cm._gemm_mnk(t, *s.gemms[op], "bfloat16") for op in ("qkv_a", "q_b", "o"))
     want += 3 * sum(cm._gemm_mnk(t, *s.gemms[op], "nvfp4") for op in ("gate_up", "down"))
     want += 58 * (cm.moe(t) + cm._gemm_mnk(t, *s.gemms["router"], "bfloat16")
@@ -300,3 +300,26 @@ def test_trtllm_deepseek_layers_run_their_norms_inside_the_all_reduce():
         trt.engine = {**trt.engine, "fused": frozenset({"rmsnorm"})}
         assert other == pytest.approx(unfused - m.num_layers * 2 * trt.elementwise("rmsnorm", tokens), rel=1e-12)
         assert other < unfused
+
+
+@needs_db
+def test_trtllm_decode_steps_overlap_shared_and_routed_experts():
+    """TRT-LLM's DeepSeek-V3 MoE layer runs the shared experts on a second stream beside the router
+    and routed experts when the step is CUDA-graph captured (decode only): such a step's GEMM time
+    is the sum less, per MoE layer, the shorter of the two; a step with a prefill chunk, vLLM and
+    attention-DP ranks keep the sum."""
+    m = get_model("deepseek-r1")
+    assert kerneldb_moe.trtllm_shared_overlap("trtllm", m, 1) and not kerneldb_moe.trtllm_shared_overlap("trtllm", m, 8)
+    assert not kerneldb_moe.trtllm_shared_overlap("vllm", m, 1)
+    assert not kerneldb_moe.trtllm_shared_overlap("trtllm", get_model("qwen3-235b-a22b"), 1)
+    cm = _cm("deepseek-r1", tp=8, framework="trtllm")
+    assert cm.shared_overlap and not _cm("deepseek-r1", tp=8, framework="vllm").shared_overlap
+    for n in (1, 8, 64):
+        routed = cm.moe(n) + cm.gemm("router", n)
+        shared = cm.gemm("shared_gate_up", n) + cm.gemm("shared_down", n)
+        gemm, _, _ = cm._dense_terms(n, n)
+        assert gemm == pytest.approx(cm._gemm_terms(n, n) - 58 * min(routed, shared), rel=1e-12)
+        assert gemm < cm._gemm_terms(n, n)
+    gemm, _, _ = cm._dense_terms(1024, 1)  # a prefill chunk: not captured, the sum
+    assert gemm == cm._gemm_terms(1024, 1)
+    assert cm.out_of_range_total() == 0

@@ -109,6 +109,22 @@ def trtllm_norm_in_allreduce(framework: str, model, tp: int, dp: int) -> bool:
     return framework == "trtllm" and bool(model.is_mla) and tp > 1 and dp <= 1
 
 
+TRTLLM_SHARED_OVERLAP = (
+    "TensorRT-LLM tensorrt_llm/_torch/models/modeling_deepseekv3.py, Deepseekv3MoE.forward: the routed experts "
+    "(router GEMM and experts) and the shared experts run through maybe_execute_in_parallel on the main and an "
+    "auxiliary stream (AuxStreamType.MoeShared); tensorrt_llm/_torch/modules/multi_stream_utils.py: multi-stream is "
+    "only enabled when CUDA graph is turned on (decode-only batches; InferenceMAX's DeepSeek-R1 scripts and "
+    "recipes set cuda_graph_config up to their max batch)")
+"""Where TRT-LLM's DeepSeek-V3 MoE layers overlap their shared and routed experts."""
+
+
+def trtllm_shared_overlap(framework: str, model, dp: int) -> bool:
+    """Whether a decode-only step runs the shared experts beside the routed ones
+    (``TRTLLM_SHARED_OVERLAP``): TRT-LLM, an MLA model with shared experts (its DeepSeek-V3 MoE layer),
+    no attention DP (an expert group's step is composed apart, ``sim.cost.expert_parallel``)."""
+    return framework == "trtllm" and bool(model.is_mla) and bool(model.num_shared_experts) and dp <= 1
+
+
 def handles(model) -> bool:
     """True for the models this module prices (any MoE or MLA layout)."""
     return bool(model.is_moe or model.is_mla or model.num_shared_experts or model.first_dense_layers)
@@ -285,6 +301,10 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         # TRT-LLM's DeepSeek-V3 decoder layers (``TRTLLM_MLA_NORM_IN_ALLREDUCE``)
         fused = frozenset({"rmsnorm"}) if trtllm_norm_in_allreduce(framework, model, self.tp, self.dp) else frozenset()
         self.engine = {"static_fp8": False, "fp8_input": frozenset(), "fused": fused}
+        self.shared_overlap = trtllm_shared_overlap(framework, model, self.dp)
+        if self.shared_overlap:
+            self.notes.append("decode-only steps: shared experts on a second stream beside the router and routed "
+                              "experts (TRT-LLM Deepseekv3MoE, CUDA graphs): the longer of the two per MoE layer")
         if framework == "trtllm":
             self.notes.append("TRT-LLM kernel fusions (static fp8 scales, rotary/KV write in attention"
                               + (") are modelled for dense models only; the norms run inside the all-reduce"
@@ -575,8 +595,18 @@ class KernelDbMoeCostModel(KernelDbCostModel):
     # ------------------------------------------------------------------ composition
     def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
         """The roofline's composition (attention GEMMs, dense first layers, routed + shared experts
-        and router, LM head) with each operator priced above, the all-reduce from the database."""
-        return (self._gemm_terms(tokens, num_seqs), *self._other_and_comm(tokens, num_seqs))
+        and router, LM head) with each operator priced above, the all-reduce from the database.
+        A decode-only step (a token per sequence) of an engine that runs the shared experts beside
+        the router and routed experts (``shared_overlap``) pays the longer of the two per MoE
+        layer, not their sum."""
+        gemm = self._gemm_terms(tokens, num_seqs)
+        if self.shared_overlap and tokens == num_seqs:
+            oor = self._oor  # (priced and counted above: asked again, counted once)
+            routed = self.moe(tokens) + self.gemm("router", tokens)
+            shared = self.gemm("shared_gate_up", tokens) + self.gemm("shared_down", tokens)
+            self._oor = oor
+            gemm -= self.shapes.moe_layers * min(routed, shared)
+        return (gemm, *self._other_and_comm(tokens, num_seqs))
 
     def describe(self) -> dict:
         d = super().describe()
