@@ -181,6 +181,10 @@ class Pool(_Strict):
     autoscale: PoolAutoscale | None = None
     scheduler: PoolScheduler | None = Field(default=None, description=(
         "this pool's scheduler limits where they differ from the top-level scheduler's"))
+    moe_table: Literal["framework", "vllm", "sglang", "trtllm"] | None = Field(default=None, description=(
+        "whose kernel-database collection prices this pool's routed experts (cost.moe_table for this pool: "
+        "disaggregated workers may run different MoE backends, e.g. TRT-LLM DeepGEMM prefill and TRTLLM "
+        "decode); default: cost.moe_table"))
 
     @field_validator("hardware")
     @classmethod
@@ -560,7 +564,10 @@ class Config(_Strict):
             if dtype in ("mxfp4", "int4") and not card.is_moe:
                 raise ValueError(f"cluster.pools[{i}].dtype ({p.name}): {dtype} quantises the routed experts of an "
                                  f"MoE model; {self.model} has none")
-        for on, what in ((self.speculative.enabled, "speculative"), (self.engine.workers > 1, "engine.workers > 1"),
+        if self.speculative.draft_model is not None:
+            raise ValueError("speculative.draft_model: a draft model is not simulated with cluster.pools yet (its "
+                             "parallelism would be each decode pool's); use method mtp, eagle, eagle3 or ngram")
+        for on, what in ((self.engine.workers > 1, "engine.workers > 1"),
                          (self.kv.host_tier is not None, f"a tiered KV cache ({self.kv.host_tier})")):
             if on:
                 raise ValueError(f"cluster.pools: {what} is not simulated with pools yet")

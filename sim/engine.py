@@ -257,7 +257,7 @@ class Engine:
         seed = [cfg.seed, 1, i] + ([lives] if lives else [])  # the policy's own stream (predictors)
         sched = self.sched_cls(pool.knobs or self.knobs, kv, rng=np.random.default_rng(seed),  # a pool's own limits
                                max_context=self.model.max_context)
-        if cfg.speculative.enabled:
+        if cfg.speculative.enabled and pool.role != "prefill":  # (a prefill pool verifies nothing)
             sched.spec_tokens = cfg.speculative.num_speculative_tokens
         return Replica(i, sched, kv, cost, self, pool)
 
@@ -339,7 +339,7 @@ class Engine:
         st = self._cost(rep, start).step_time(shape)
         accepted = None
         if self.drafter is not None:  # the decodes verify their drafts: acceptances drawn, drafts priced
-            st, accepted = self._verify(plan, st)
+            st, accepted = self._verify(plan, st, rep.cost)
         if self.plans is not None:
             self.plans.append((rep.idx, start, tuple(plan.num_new_tokens), shape))
         now = start + st.total  # (simpy's clock: now + delay)
@@ -383,10 +383,11 @@ class Engine:
             self._abort(plan)
         return moved, (sched.wake_at(now) if not moved and sched.has_work() else None)
 
-    def _verify(self, plan, st):
+    def _verify(self, plan, st, target):
         """Speculative decoding in a step: each decoding request given drafts (more than its one
         decode token) gets its accepted count drawn; the drafts of those requests are priced
-        and added to ``st``. Returns (the step's time, {request id: accepted drafts})."""
+        (on ``target``, the replica's cost model: its pool's) and added to ``st``. Returns (the
+        step's time, {request id: accepted drafts})."""
         from sim.speculative import with_draft
 
         accepted, n, kv, longest = {}, 0, 0, 0
@@ -400,7 +401,7 @@ class Engine:
                     c = r.num_computed + 1
                     kv += c
                     longest = max(longest, c)
-        return with_draft(st, self.drafter.price(n, kv, longest)), accepted
+        return with_draft(st, self.drafter.price(n, kv, longest, target)), accepted
 
     def _run(self, rep: Replica, reqs: list[Request], start: float):
         """Decode fast-forward of the running requests ``reqs``, each to get one decode token
@@ -695,7 +696,7 @@ class Engine:
             accepted = [None] * len(ranks)
             if self.drafter is not None:  # each rank's decodes verify their drafts (``_verify``)
                 def drafts(i, st):
-                    st, accepted[i] = self._verify(plans[i], st)
+                    st, accepted[i] = self._verify(plans[i], st, ranks[i].cost)
                     return st
                 total, owns = dp_step(cost, shapes, drafts)
             elif runs is not None:

@@ -164,17 +164,19 @@ class Drafter:
         self.accepted_total += a
         return a
 
-    def price(self, n: int, kv_tokens: int, longest: int) -> float:
+    def price(self, n: int, kv_tokens: int, longest: int, target=None) -> float:
         """Seconds the drafts of ``n`` sequences take in one step (k draft passes; their contexts
-        hold ``kv_tokens`` tokens in all, the longest ``longest``)."""
+        hold ``kv_tokens`` tokens in all, the longest ``longest``); ``target``: the cost model of the
+        replica that verifies them (its pool's; default: the one given at construction)."""
         if not n or self.method == "ngram":
             return 0.0
         if self.draft is not None:
             return self.k * self.draft.decode_step(n, kv_tokens, longest).total
         # EAGLE / MTP: one decoder layer of the target and its LM head, per draft token
-        st = self.target.decode_step(n, kv_tokens, longest)
-        head = self.target.gemm("lm_head", n)
-        layers = self.target.model.num_layers
+        target = self.target if target is None else target
+        st = target.decode_step(n, kv_tokens, longest)
+        head = target.gemm("lm_head", n)
+        layers = target.model.num_layers
         return self.k * ((st.total - st.cpu - head) / layers + head)
 
     def summary(self) -> dict:

@@ -243,3 +243,83 @@ def test_moe_table_prices_the_experts_from_another_frameworks_rows():
     assert any("(cost.moe_table)" in n and "vllm" in n for n in other.notes)
     assert other.attn_decode(8, 8 * 1000, 1000) == own.attn_decode(8, 8 * 1000, 1000)  # the rest: TRT-LLM's
     assert cm("trtllm", "trtllm").moe(64) == own.moe(64)
+
+
+@needs_db
+def test_nvfp4_deepseek_r1_and_kimi_price_their_attention_projections_in_bf16():
+    """NVIDIA's NVFP4 DeepSeek-R1 and Kimi-K2.5 checkpoints keep ``self_attn`` unquantised: the
+    attention projections from the bf16 GEMM table, the shared experts, dense MLPs and routed
+    experts in nvfp4; other nvfp4 models keep nvfp4 projections."""
+    assert kerneldb_moe.attention_format(get_model("deepseek-r1"), "nvfp4") == "bfloat16"
+    assert kerneldb_moe.attention_format(get_model("kimi-k2.5"), "nvfp4") == "bfloat16"
+    assert kerneldb_moe.attention_format(get_model("deepseek-r1"), "fp8") is None
+    assert kerneldb_moe.attention_format(get_model("deepseek-v3"), "nvfp4") is None
+    cm = _cm("deepseek-r1", hw="b200", tp=8, dtype="nvfp4", framework="trtllm")
+    s, m = cm.shapes, cm.model
+    t = 4
+    gemm = cm._gemm_terms(t, t)  # (every GEMM of the step, before the decode steps' expert overlap)
+    want = m.num_layers * sum(cm._gemm_mnk(t, *s.gemms[op], "bfloat16") for op in ("qkv_a", "q_b", "o"))
+    want += 3 * sum(cm._gemm_mnk(t, *s.gemms[op], "nvfp4") for op in ("gate_up", "down"))
+    want += 58 * (cm.moe(t) + cm._gemm_mnk(t, *s.gemms["router"], "bfloat16")
+                  + sum(cm._gemm_mnk(t, *s.gemms[op], "nvfp4") for op in ("shared_gate_up", "shared_down")))
+    want += cm._gemm_mnk(t, *s.gemms["lm_head"], "bfloat16")
+    assert gemm == pytest.approx(want, rel=1e-12)
+    assert cm._gemm_mnk(t, *s.gemms["qkv_a"], "bfloat16") < cm._gemm_mnk(t, *s.gemms["qkv_a"], "nvfp4")
+    assert any("attention projections: bfloat16" in n for n in cm.notes)
+    # a decode step at a table point of the bf16 MLA module costs that module (its GEMMs are the bf16 ones)
+    gen = pd.read_parquet(kd.data_dir("b200_sxm") / "mla" / "trtllm" / cm.meta["mla"].split()[1]
+                          / "mla_generation_module_perf.parquet")
+    gen = gen[(gen.num_heads == 16) & (gen.gemm_type == "bfloat16")
+              & (gen.kv_cache_dtype == ("fp8" if cm.kv_fp8 else "bfloat16"))]
+    b, kv = 8, 1024
+    ms = gen[(gen.batch_size == b) & (gen.step == kv)].latency.min()
+    assert cm.attn_decode(b, b * kv) + sum(cm.gemm(op, b) for op in ("qkv_a", "q_b", "o")) \
+        == pytest.approx(ms / 1e3, rel=1e-9)
+    other = _cm("deepseek-v3", hw="b200", tp=8, dtype="nvfp4", framework="trtllm")
+    assert other.gemm("qkv_a", t) == other._gemm_mnk(t, *s.gemms["qkv_a"], "nvfp4")
+
+
+@needs_db
+def test_trtllm_deepseek_layers_run_their_norms_inside_the_all_reduce():
+    """TRT-LLM's DeepSeek-V3 decoder layer (TP > 1, no attention DP) fuses the post-attention and
+    next-layer RMSNorm into the all-reduce: a step's elementwise part is the unfused one less two
+    norms per layer; vLLM, TP 1 and attention-DP ranks keep them."""
+    m = get_model("deepseek-r1")
+    assert kerneldb_moe.trtllm_norm_in_allreduce("trtllm", m, 8, 1)
+    assert not kerneldb_moe.trtllm_norm_in_allreduce("trtllm", m, 8, 2)
+    assert not kerneldb_moe.trtllm_norm_in_allreduce("trtllm", m, 1, 1)
+    assert not kerneldb_moe.trtllm_norm_in_allreduce("vllm", m, 8, 1)
+    assert not kerneldb_moe.trtllm_norm_in_allreduce("trtllm", get_model("qwen3-235b-a22b"), 8, 1)
+    trt = _cm("deepseek-r1", tp=8, framework="trtllm")
+    assert trt.engine["fused"] == frozenset({"rmsnorm"})
+    assert _cm("deepseek-r1", tp=8, framework="vllm").engine["fused"] == frozenset()
+    for tokens in (1, 64):
+        other, _ = trt._other_and_comm(tokens, tokens)
+        trt.engine = {**trt.engine, "fused": frozenset()}
+        unfused, _ = trt._other_and_comm(tokens, tokens)
+        trt.engine = {**trt.engine, "fused": frozenset({"rmsnorm"})}
+        assert other == pytest.approx(unfused - m.num_layers * 2 * trt.elementwise("rmsnorm", tokens), rel=1e-12)
+        assert other < unfused
+
+
+@needs_db
+def test_trtllm_decode_steps_overlap_shared_and_routed_experts():
+    """TRT-LLM's DeepSeek-V3 MoE layer runs the shared experts on a second stream beside the router
+    and routed experts when the step is CUDA-graph captured (decode only): such a step's GEMM time
+    is the sum less, per MoE layer, the shorter of the two; a step with a prefill chunk, vLLM and
+    attention-DP ranks keep the sum."""
+    m = get_model("deepseek-r1")
+    assert kerneldb_moe.trtllm_shared_overlap("trtllm", m, 1) and not kerneldb_moe.trtllm_shared_overlap("trtllm", m, 8)
+    assert not kerneldb_moe.trtllm_shared_overlap("vllm", m, 1)
+    assert not kerneldb_moe.trtllm_shared_overlap("trtllm", get_model("qwen3-235b-a22b"), 1)
+    cm = _cm("deepseek-r1", tp=8, framework="trtllm")
+    assert cm.shared_overlap and not _cm("deepseek-r1", tp=8, framework="vllm").shared_overlap
+    for n in (1, 8, 64):
+        routed = cm.moe(n) + cm.gemm("router", n)
+        shared = cm.gemm("shared_gate_up", n) + cm.gemm("shared_down", n)
+        gemm, _, _ = cm._dense_terms(n, n)
+        assert gemm == pytest.approx(cm._gemm_terms(n, n) - 58 * min(routed, shared), rel=1e-12)
+        assert gemm < cm._gemm_terms(n, n)
+    gemm, _, _ = cm._dense_terms(1024, 1)  # a prefill chunk: not captured, the sum
+    assert gemm == cm._gemm_terms(1024, 1)
+    assert cm.out_of_range_total() == 0

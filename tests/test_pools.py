@@ -426,3 +426,60 @@ def test_a_tiered_kv_cache_with_pools_is_refused_by_key():
         build_config({"kv": {"prefix_caching": True, "cpu_offload_gib": 64},
                       "cluster": {"pools": [{"name": "a", "hardware": "h100-sxm"}]}})
     assert "cluster.pools" in str(e.value) and "kv.cpu_offload_gib" in str(e.value)
+
+
+# ------------------------------------------------------------------------ speculative decoding
+
+def test_a_decode_pool_verifies_drafts_priced_on_its_own_gpus(tmp_path):
+    """``speculative`` with pools: output 9, k 3, acceptance 1 on an H100 TP 1 prefill pool and an
+    H100 TP 2 decode pool. The prefill replica's one step gives token 1; on the decode replica the
+    transferred request's first step is its admission (one token: drafts go with running decodes),
+    then two verifications of 1 + 3 tokens (4 emitted, then the 3 the output has left).
+    Each verification costs the decode pool's step plus k EAGLE draft passes priced on the decode
+    pool's model (a decoder layer and the LM head of one sequence over its context)."""
+    prompt, output, k = 100, 9, 3
+    pools = [pool("p", "h100-sxm", "prefill"), pool("d", "h100-sxm", "decode", tp=2)]
+    spec = {"method": "eagle", "num_speculative_tokens": k, "acceptance": 1.0}
+    res = simulate(tiny_config(cluster={"pools": pools}, speculative=spec, workload=trace(tmp_path, [(0, prompt, output)])))
+    r = res.requests.iloc[0]
+    pre, dec = res.steps[res.steps.replica == 0], res.steps[res.steps.replica == 1]
+    assert r.generated_tokens == output and r.replica == 1
+    assert list(pre.num_tokens) == [prompt] and list(dec.num_tokens) == [1, k + 1, k + 1]
+    m = get_model("llama-3.1-8b")
+    cd = RooflineCostModel(m, get_hardware("h100-sxm"), tp=2)
+    head = cd.gemm("lm_head", 1)
+
+    def draft(done):  # k passes over the request's context (its computed tokens and the new one)
+        st = cd.decode_step(1, done + 1, done + 1)
+        return k * ((st.total - st.cpu - head) / m.num_layers + head)
+    want = [cd.step_time(BatchShape((1,), (prompt,), tp=2)).total,
+            cd.step_time(BatchShape((k + 1,), (prompt + 1,), tp=2)).total + draft(prompt + 1),
+            cd.step_time(BatchShape((k + 1,), (prompt + 1 + k + 1,), tp=2)).total + draft(prompt + 1 + k + 1)]
+    assert list(dec.duration_s) == pytest.approx(want, rel=1e-12)
+    sp = res.summary["speculative"]
+    assert (sp["verifications"], sp["draft_tokens"], sp["accepted_draft_tokens"]) == (2, 2 * k, 2 * k)
+
+
+def test_drafts_never_accepted_on_a_decode_pool_decode_a_token_a_step(tmp_path):
+    """Acceptance 0, k 2, output 6: after the admission step (token 2) each verification of 1 + 2
+    tokens emits one token (four of them); the prefill pool's replicas get no draft tokens."""
+    pools = [pool("p", role="prefill"), pool("d", role="decode")]
+    res = simulate(tiny_config(cluster={"pools": pools}, workload=trace(tmp_path, [(0, 50, 6)]),
+                               speculative={"method": "ngram", "num_speculative_tokens": 2, "acceptance": 0.0}))
+    dec = res.steps[res.steps.replica == 1]
+    assert list(res.steps[res.steps.replica == 0].num_tokens) == [50] and list(dec.num_tokens) == [1, 3, 3, 3, 3]
+    assert res.requests.iloc[0].generated_tokens == 6 and res.summary["speculative"]["verifications"] == 4
+    eng = Engine(load_config(tiny_config(cluster={"pools": pools}, speculative={"method": "mtp", "acceptance": 0.8})))
+    assert [rep.scheduler.spec_tokens for rep in eng.replicas] == [0, 3]
+
+
+def test_a_draft_model_with_pools_is_one_line_naming_the_key(capsys, tmp_path):
+    import json
+
+    cfg = tiny_config(model="llama-3.1-70b", parallelism={"tp": 4},
+                      cluster={"pools": [pool("p", role="prefill", tp=4), pool("d", role="decode", tp=4)]},
+                      speculative={"method": "draft_model", "draft_model": "llama-3.1-8b", "acceptance": 0.7})
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    line = one_error(capsys, ["run", str(path), "--quiet"])
+    assert "speculative.draft_model" in line and "cluster.pools" in line

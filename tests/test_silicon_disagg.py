@@ -105,6 +105,79 @@ def test_an_inferencemax_row_gets_its_recipes_decode_batch():
     assert all("scheduler" not in p for p in pools)
 
 
+def test_inferencemax_trtllm_decode_pools_price_experts_from_the_trtllm_gen_rows():
+    """InferenceMAX's DeepSeek-R1 TRT-LLM decode workers without attention DP run the TRTLLM MoE
+    backend (trtllm-gen): fp8 on any Blackwell system and nvfp4 on GB300 take vLLM's FlashInfer
+    trtllm-gen rows (TRT-LLM's collection times DeepGEMM fp8 and, on GB300, CUTLASS nvfp4 only); the
+    prefill pool, nvfp4 on GB200 (TRT-LLM's own trtllm-gen rows), attention-DP decode, Hopper, other
+    models and other provenances keep the framework's table."""
+    from sim.compare import disagg_launch as dl
+
+    def tables(**kw):
+        return [p.get("moe_table") for p in silicon.disagg_pools(recipe_row(135, **kw))]
+    assert tables() == [None, None]  # gb200 nvfp4
+    assert tables(precision="fp8") == [None, "vllm"]
+    assert tables(system="gb300") == [None, "vllm"]
+    assert tables(system="b200_sxm", precision="fp8") == [None, "vllm"]
+    assert tables(system="h200_sxm", precision="fp8") == [None, None]
+    assert tables(precision="fp8", decode_attention_dp_size=2.0, decode_tp_size=2.0) == [None, None]
+    assert tables(precision="fp8", backend="sglang") == [None, None]
+    assert tables(precision="fp8", model_path="moonshotai/Kimi-K2.5") == [None, None]
+    gap = {**recipe_row(135, precision="fp8"), "silicon_data_source": "/aic-auto-gap-analysis/run; silicon_concurrency=135"}
+    assert not silicon.inferencemax(gap) and [p.get("moe_table") for p in silicon.disagg_pools(gap)] == [None, None]
+    assert dl.decode_moe_table("deepseek-r1", "gb300", "fp4", 1) == "vllm"
+    assert dl.decode_moe_table("deepseek-r1", "b200_sxm", "fp4", 1) is None
+
+
+@needs_db
+def test_a_pools_own_moe_table_prices_only_that_pools_experts(tmp_path, monkeypatch):
+    """``cluster.pools[i].moe_table``: the decode pool's routed experts from vLLM's trtllm-gen rows, the
+    prefill pool's from TRT-LLM's DeepGEMM rows (as a run whose cost.moe_table is that table gives);
+    a value that names no collection is one line naming the pool's key."""
+    from sim.cluster.pools import fleet, pool_parts
+    from sim.errors import ConfigError
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    base = {"model": "deepseek-r1", "hardware": "b200", "dtype": "fp8", "kv": {"dtype": "fp8"},
+            "cost": {"model": "kerneldb", "framework": "trtllm"}, "workload": {"num_requests": 1}}
+    par = {"tp": 8, "ep": 8}
+    cfg = load_config({**base, "cluster": {"pools": [
+        {"name": "p", "hardware": "b200", "role": "prefill", "parallelism": par},
+        {"name": "d", "hardware": "b200", "role": "decode", "parallelism": par, "moe_table": "vllm"}]}})
+    pools = fleet(cfg)
+    parts = pool_parts(pools, get_model("deepseek-r1"), True)
+    pre, dec = (parts[p.key][2] for p in pools)
+    one = lambda table: __import__("sim.cost", fromlist=["make_cost_model"]).make_cost_model(  # noqa: E731
+        load_config({**base, "parallelism": par, "cost": {**base["cost"], "moe_table": table}}),
+        get_model("deepseek-r1"), get_hardware("b200"))
+    for t in (1, 8, 256):
+        assert dec.moe(t) == one("vllm").moe(t) and pre.moe(t) == one("framework").moe(t)
+    assert dec.moe(8) != pre.moe(8) and pools[0].key != pools[1].key
+    with pytest.raises(ConfigError) as e:  # not a collection: one line naming the pool's key
+        load_config({**base, "cluster": {"pools": [
+            {"name": "p", "hardware": "b200", "role": "prefill", "parallelism": par},
+            {"name": "d", "hardware": "b200", "role": "decode", "parallelism": par, "moe_table": "deepgemm"}]}})
+    assert "cluster.pools[1].moe_table" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_row_only_an_mtp_entry_names_replays_with_mtp_on_its_decode_pool():
+    """GB200 fp4 1k/8k, one DEP4 prefill worker and 7 TEP8 decode workers: concurrency 7 is listed
+    only by the MTP entry (ctx1_gen7_tep8_batch1_eplb0_mtp3), 5 only by the STP one: the first
+    replays with speculative {method: mtp, 3 drafts} (the run's section, verified on the decode pool),
+    the second without; both load as valid configs."""
+    kw = dict(osl=8192, decode_num_workers=7.0, decode_tp_size=8.0, decode_moe_ep_size=8.0, decode_batch_size=1.0)
+    mtp, stp = recipe_row(7, **kw), recipe_row(5, **kw)
+    assert mtp["speculative"] == "mtp" and stp["speculative"] == ""
+    assert silicon.disagg_mtp_drafts(mtp) == 3 and silicon.disagg_mtp_drafts(stp) is None
+    cm = silicon.row_config(mtp, "roofline", silicon.CLIENTS["bench-serving"])
+    assert cm["speculative"] == {"method": "mtp", "num_speculative_tokens": 3}
+    assert "speculative" not in silicon.row_config(stp, "roofline", silicon.CLIENTS["bench-serving"])
+    c = load_config(cm)
+    assert c.speculative.enabled and c.speculative.rates() == [0.85] * 3  # DeepSeek-V3's report, as aggregated rows
+    assert silicon.disagg_limits(mtp) == ({}, {"max_num_seqs": 1})
+    assert silicon.disagg_mtp_drafts({**mtp, "backend": "sglang"}) is None
+
+
 def test_the_generators_limits_for_each_backend():
     """aiconfigurator's generator rules: prefill max_batch_size = the row's prefill batch size;
     the decode batch 512 below 512 (else twice it) on TRT-LLM and vLLM, the row's own on SGLang;

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.errors import CapacityError
+from sim.errors import CapacityError, ConfigError
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class PoolSpec:
     ep: int = 1  # expert-parallel degree over a replica's tp x dp GPUs
     dp: int = 1  # attention data-parallel ranks of a replica (an expert group: the engine's ``_group``)
     knobs: object = None  # this pool's scheduler Knobs (``cluster.pools[i].scheduler``); None: the top-level ones
+    moe_table: str | None = None  # ``cluster.pools[i].moe_table`` (None: the cost section's)
 
     @property
     def gpus_per_rank(self) -> int:
@@ -73,7 +74,8 @@ class PoolSpec:
         """Pools with the same key share one cost model and one memory plan (whose activation peak
         follows the pool's token budget: a pool with its own limits plans its own)."""
         own = () if self.knobs is None else (self.knobs.max_num_batched_tokens,)
-        return (self.hardware, self.dtype, self.tp, self.pp, self.ep, self.dp, *own)
+        table = () if self.moe_table is None else (("moe_table", self.moe_table),)
+        return (self.hardware, self.dtype, self.tp, self.pp, self.ep, self.dp, *own, *table)
 
     @property
     def serves_arrivals(self) -> bool:
@@ -103,10 +105,12 @@ def fleet(cfg) -> list[PoolSpec]:
         own = p.scheduler is not None and bool(p.scheduler.overrides())
         if own:  # (its memory plan then sizes the activation peak by its own token budget)
             update["scheduler"] = pool_scheduler(cfg.scheduler, p.scheduler)
+        if p.moe_table is not None:  # (its own cost model: the routed experts from that collection)
+            update["cost"] = cfg.cost.model_copy(update={"moe_table": p.moe_table})
         pcfg = cfg.model_copy(update=update)
         out.append(PoolSpec(p.name, p.role, p.hardware, dtype, tp, pp, p.replicas, pcfg, p.price,
                             p.kv_link_gbps, p.autoscale if p.autoscale is not None and p.autoscale.enabled else None,
-                            i, ep, dp, pcfg.scheduler.knobs() if own else None))
+                            i, ep, dp, pcfg.scheduler.knobs() if own else None, p.moe_table))
     return out
 
 
@@ -144,7 +148,14 @@ def pool_parts(pools: list[PoolSpec], model, explicit: bool) -> dict:
             if not explicit:
                 raise
             raise CapacityError(f"cluster.pools[{p.index}].hardware ({p.name}): {e}") from None
-        parts[p.key] = (hw, mem, make_cost_model(p.cfg, model, hw))
+        try:
+            cm = make_cost_model(p.cfg, model, hw)
+        except ConfigError as e:
+            if p.moe_table is None or "moe_table" not in str(e):
+                raise
+            raise ConfigError(f"cluster.pools[{p.index}].moe_table ({p.name}): "
+                              f"{str(e).split('cost.moe_table: ', 1)[-1]}") from None
+        parts[p.key] = (hw, mem, cm)
     return parts
 
 

@@ -111,3 +111,53 @@ def recipe_decode_batch(model: str, system: str, precision: str, isl: int, osl: 
     if model != "deepseek-r1" or pdp <= 1 or ddp != 1:
         return None
     return DECODE_BATCH.get((system, precision, isl, osl, pw, ptp * pdp, dw, dtp), {}).get(concurrency)
+
+
+DECODE_MOE_SOURCE = ("NVIDIA/srt-slurm recipes/trtllm: b200-fp8/1k1k/stp/ctx1_gen3_tp8_batch1024_eplb0_mtp0_4_trtllm_serve.yaml "
+                     "(commit d0b60a10) and gb300-fp8/1k1k/stp/ctx1_gen4_tep8_batch4_eplb0_mtp0_24.yaml (commit 3aea7261): "
+                     "decode workers without attention DP run moe_config.backend TRTLLM, prefill workers DEEPGEMM; "
+                     "aiconfigurator collector/trtllm/collect_moe.py times TRT-LLM's trtllm-gen nvfp4 experts "
+                     "(min-latency mode) on SM100 only and fp8_block with DeepGEMM only")
+"""Where ``decode_moe_table`` is read from."""
+BLACKWELL = ("b200_sxm", "gb200", "gb300")
+TRTLLM_GEN_ELSEWHERE = {"fp8": BLACKWELL, "fp4": ("gb300",)}
+"""Where TRT-LLM's own kernel-database collection lacks the trtllm-gen experts its ``TRTLLM`` MoE backend
+runs, by csv precision: fp8 (block-scaled; timed with DeepGEMM only) on every Blackwell system, nvfp4 on
+GB300 (SM103: the collector's min-latency, trtllm-gen, mode runs on SM100 only; B200 and GB200 have
+those rows)."""
+
+
+def decode_moe_table(model: str, system: str, precision: str, decode_dp: int) -> str | None:
+    """The ``moe_table`` of the decode pool of an InferenceMAX DeepSeek-R1 TRT-LLM disaggregated row
+    (``DECODE_MOE_SOURCE``): its decode workers without attention DP run the ``TRTLLM`` MoE backend
+    (trtllm-gen kernels), which vLLM 0.24's collection times through FlashInfer where TRT-LLM's does
+    not (``TRTLLM_GEN_ELSEWHERE``): "vllm"; None: the framework's own table (attention-DP decode
+    workers, whose recipes were not read for this, Hopper, other models)."""
+    if model != "deepseek-r1" or decode_dp > 1:
+        return None
+    return "vllm" if system in TRTLLM_GEN_ELSEWHERE.get(precision, ()) else None
+
+
+MTP_SOURCE = ("InferenceMAX .github/configs/nvidia-master.yaml (SemiAnalysisAI/InferenceX, commit 0004cf5f), "
+              "dsr1-fp4-gb200-dynamo-trt, 1k/8k: the spec-decoding mtp entry recipes/trtllm/gb200-fp4/1k8k/mtp/"
+              "ctx1_gen7_tep8_batch1_eplb0_mtp3.yaml lists concurrency 7, the STP entry of that layout 5")
+"""Where ``MTP_DECODE`` is read from."""
+MTP_DECODE: dict[tuple, dict[int, int]] = {
+    # (system, csv precision, isl, osl, prefill workers, prefill GPUs per worker, decode workers,
+    #  decode GPUs per worker) -> {concurrency: MTP draft tokens} of the rows only an MTP entry names
+    ("gb200", "fp4", 1024, 8192, 1, 4, 7, 8): {7: 3},
+}
+"""InferenceMAX's DeepSeek-R1 TRT-LLM disaggregated rows measured with MTP: the layouts and concurrencies
+only an MTP entry of the search space lists (``MTP_SOURCE``; where an STP and an MTP entry list the same
+concurrency, the csv cannot tell, and the row replays without speculation)."""
+
+
+def recipe_mtp_drafts(model: str, system: str, precision: str, isl: int, osl: int, prefill: tuple[int, int, int],
+                      decode: tuple[int, int, int], concurrency: int) -> int | None:
+    """MTP draft tokens of an InferenceMAX DeepSeek-R1 TRT-LLM disaggregated row only an MTP entry
+    names (``MTP_DECODE``), else None; arguments as ``recipe_decode_batch``'s."""
+    pw, ptp, pdp = prefill
+    dw, dtp, ddp = decode
+    if model != "deepseek-r1" or ddp != 1:
+        return None
+    return MTP_DECODE.get((system, precision, isl, osl, pw, ptp * pdp, dw, dtp), {}).get(concurrency)

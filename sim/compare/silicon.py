@@ -252,10 +252,24 @@ def select_disagg(df: pd.DataFrame, *, models=None, systems=None, backends=None,
                     cols[f"{tag}_{k}"].append(v)
     df = df.loc[keep].assign(**cols)
     df = df.assign(concurrency=df["concurrency"].astype(int), tp=df["d_tp"], ep=df["d_ep"], dp=df["d_dp"],
-                   dtype=_dtypes(df), speculative="")
+                   dtype=_dtypes(df))
+    df = df.assign(speculative=["mtp" if disagg_mtp_drafts(r) else "" for _, r in df.iterrows()])
     if limit is not None:
         df = df.head(limit)
     return df.reset_index(drop=True), skipped
+
+
+def disagg_mtp_drafts(r) -> int | None:
+    """MTP draft tokens of a disaggregated row its recipes name as an MTP run (InferenceMAX's
+    DeepSeek-R1 TRT-LLM rows, ``disagg_launch.recipe_mtp_drafts``), else None: such a row replays
+    with ``speculative: {method: mtp}`` on its decode pool (``row_config``), scored apart."""
+    from sim.compare import disagg_launch as dl
+
+    if r.get("backend") != "trtllm" or not inferencemax(r):
+        return None
+    side = {tag: (int(r[f"{tag}_workers"]), int(r[f"{tag}_tp"]), int(r[f"{tag}_dp"])) for tag in "pd"}
+    return dl.recipe_mtp_drafts(r["model"], r["system"], r["precision"], int(r["isl"]), int(r["osl"]), side["p"],
+                                side["d"], int(r["concurrency"]))
 
 
 def disagg_limits(r) -> tuple[dict, dict]:
@@ -282,13 +296,20 @@ def disagg_pools(r) -> list[dict]:
     """The ``cluster.pools`` of a disaggregated row: a prefill pool of ``prefill_num_workers``
     replicas and a decode pool of ``decode_num_workers``, each with its side's tp, ep and dp, on
     the row's GPU, and its workers' launch limits (``disagg_limits``); the KV link the cards'
-    (``sim.cluster.pools.link_bytes_per_s``)."""
+    (``sim.cluster.pools.link_bytes_per_s``). InferenceMAX's DeepSeek-R1 TRT-LLM decode workers price
+    their routed experts from the trtllm-gen rows their MoE backend runs (``disagg_launch.decode_moe_table``,
+    a pool's ``moe_table``)."""
+    from sim.compare import disagg_launch as dl
+
     limits = dict(zip(SIDES, disagg_limits(r)))
+    tables = {"prefill": None, "decode": dl.decode_moe_table(r["model"], r["system"], r["precision"], int(r["d_dp"]))
+              if r.get("backend") == "trtllm" and inferencemax(r) else None}
 
     def one(tag, side):
         par = {"tp": int(r[f"{tag}_tp"]), "ep": int(r[f"{tag}_ep"]), "dp": int(r[f"{tag}_dp"])}
         return {"name": side, "hardware": r["hardware"], "role": side, "replicas": int(r[f"{tag}_workers"]),
-                "parallelism": par, **({"scheduler": limits[side]} if limits[side] else {})}
+                "parallelism": par, **({"scheduler": limits[side]} if limits[side] else {}),
+                **({"moe_table": tables[side]} if tables[side] else {})}
 
     return [one("p", "prefill"), one("d", "decode")]
 
@@ -727,7 +748,8 @@ def row_config(r, cost_model: str, client: Client | None = None, think_s: float 
             "parallelism": {"tp": int(r["tp"]), **({"ep": int(r["ep"])} if int(r.get("ep", 1) or 1) > 1 else {}),
                             **({"dp": int(r["dp"])} if int(r.get("dp", 1) or 1) > 1 else {})}}),
         "scheduler": {"max_num_seqs": max(256, c), **srv["scheduler"]},
-        **({"speculative": {"method": "mtp", "num_speculative_tokens": MTP_TOKENS[int(r.get("dp", 1) or 1) > 1]}}
+        **({"speculative": {"method": "mtp", "num_speculative_tokens": (disagg_mtp_drafts(r) if disagg else None)
+                            or MTP_TOKENS[int(r.get("dp", 1) or 1) > 1]}}
            if r.get("speculative") == "mtp" else {}),
         "kv": srv["kv"],
         "workload": {"num_requests": c, "prompt": lengths(int(r["isl"]), client.range_ratio),
@@ -967,10 +989,14 @@ def score_disagg(pred: pd.DataFrame, models: list[str]) -> dict:
         if len(d):
             overall["meets_targets"] = {"tpot": overall["tpot_ape_median"] <= 0.12,
                                         "ttft": overall["ttft_ape_median"] <= 0.20}
+        spec = d["speculative"] if "speculative" in d else pd.Series("", index=d.index)
         out[cm] = {"overall": overall,
                    "groups": [{"backend": b, "system": s, **stats(g)}
                               for (b, s), g in d.groupby(["backend", "system"], sort=True)],
-                   "models": {m: stats(g) for m, g in d.groupby("model", sort=True)}}
+                   "models": {m: stats(g) for m, g in d.groupby("model", sort=True)},
+                   # the rows the recipes name as MTP runs (replayed with speculation), apart
+                   "speculation": {("mtp" if k == "mtp" else "none"): stats(g)
+                                   for k, g in d.groupby(spec.fillna("").astype(str), sort=True)}}
     return out
 
 
@@ -985,6 +1011,10 @@ def print_disagg(scores: dict) -> None:
         for m, g in sc["models"].items():
             print(f"{m:<18}{g['rows']:>6}{100 * g['ttft_ape_median']:>9.1f}%{100 * g['ttft_ape_p90']:>7.1f}%"
                   f"{100 * g['tpot_ape_median']:>9.1f}%{100 * g['tpot_ape_p90']:>7.1f}%")
+        for k, g in sc.get("speculation", {}).items():
+            if k == "mtp":
+                print(f"{'MTP rows (recipes)':<18}{g['rows']:>6}{100 * g['ttft_ape_median']:>9.1f}%"
+                      f"{100 * g['ttft_ape_p90']:>7.1f}%{100 * g['tpot_ape_median']:>9.1f}%{100 * g['tpot_ape_p90']:>7.1f}%")
         o = sc["overall"]
         if o.get("rows"):
             t = o["meets_targets"]

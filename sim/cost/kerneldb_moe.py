@@ -74,6 +74,57 @@ several times slower than its ``fp8_block`` and bf16 rows at decode sizes: not t
 checkpoint runs); their dense GEMMs from the per-tensor ``fp8`` GEMM table."""
 
 
+BF16_ATTENTION_NVFP4 = ("deepseek-r1", "kimi-k2.5")
+"""Catalog models whose NVFP4 checkpoints keep the attention projections in bf16: NVIDIA's DeepSeek-R1
+NVFP4 checkpoints are made by TensorRT Model Optimizer's DeepSeek example, whose ``ptq.py`` disables
+quantisation of ``*attn*`` unless asked (NVIDIA/TensorRT-Model-Optimizer ``examples/deepseek/ptq.py``;
+``quantize_to_nvfp4.py`` writes the modules it did not quantise as bf16), and aiconfigurator-core 0.12.0
+prices them so (``sdk/models/deepseek.py``: "Kimi-K2.5/R1 NVFP4 exclude the whole self_attn block from
+quantization"); ``nvidia/Kimi-K2.5-NVFP4``'s ``quantization_config.ignore`` lists ``self_attn*`` of every
+layer (aiconfigurator-core 0.12.0 ``model_configs/nvidia--Kimi-K2.5-NVFP4_config.json``). Their routed and
+shared experts and dense MLPs are NVFP4."""
+ATTENTION_GEMMS = ("qkv", "o", "qkv_a", "q_b", "kv_b")
+"""The attention projections (``RooflineCostModel``'s GEMM names)."""
+
+
+def attention_format(model, dtype: str) -> str | None:
+    """The GEMM table dtype of the attention projections where the checkpoint keeps them in another
+    format than its other GEMMs (``BF16_ATTENTION_NVFP4``), else None."""
+    return "bfloat16" if dtype == "nvfp4" and model.id in BF16_ATTENTION_NVFP4 else None
+
+
+TRTLLM_MLA_NORM_IN_ALLREDUCE = (
+    "TensorRT-LLM tensorrt_llm/_torch/models/modeling_deepseekv3.py, DeepseekV3DecoderLayer: with TP > 1 and "
+    "no attention DP (enable_fusion, on unless TRTLLM_DEEPSEEK_EAGER_FUSION_DISABLED=1) the MoE layers set "
+    "PRE_MOE_FUSION / POST_MOE_FUSION and the dense layers POST_MLP_FUSION: the post-attention and the next "
+    "layer's input RMSNorm run inside the all-reduce (AllReduceFusionOp.RESIDUAL_RMS_NORM)")
+"""Where TRT-LLM's MLA (DeepSeek-V3 architecture) models fuse their norms into the all-reduce."""
+
+
+def trtllm_norm_in_allreduce(framework: str, model, tp: int, dp: int) -> bool:
+    """Whether a step's per-layer RMSNorms run inside TRT-LLM's all-reduce
+    (``TRTLLM_MLA_NORM_IN_ALLREDUCE``): TRT-LLM, an MLA model (its DeepSeek-V3 decoder layer), TP > 1,
+    no attention DP. (The dense first layers' post-attention norm is fused only for NVFP4 weights,
+    ``PRE_MLP_FUSION``: three norms of 122 in DeepSeek-V3, counted as fused.)"""
+    return framework == "trtllm" and bool(model.is_mla) and tp > 1 and dp <= 1
+
+
+TRTLLM_SHARED_OVERLAP = (
+    "TensorRT-LLM tensorrt_llm/_torch/models/modeling_deepseekv3.py, Deepseekv3MoE.forward: the routed experts "
+    "(router GEMM and experts) and the shared experts run through maybe_execute_in_parallel on the main and an "
+    "auxiliary stream (AuxStreamType.MoeShared); tensorrt_llm/_torch/modules/multi_stream_utils.py: multi-stream is "
+    "only enabled when CUDA graph is turned on (decode-only batches; InferenceMAX's DeepSeek-R1 scripts and "
+    "recipes set cuda_graph_config up to their max batch)")
+"""Where TRT-LLM's DeepSeek-V3 MoE layers overlap their shared and routed experts."""
+
+
+def trtllm_shared_overlap(framework: str, model, dp: int) -> bool:
+    """Whether a decode-only step runs the shared experts beside the routed ones
+    (``TRTLLM_SHARED_OVERLAP``): TRT-LLM, an MLA model with shared experts (its DeepSeek-V3 MoE layer),
+    no attention DP (an expert group's step is composed apart, ``sim.cost.expert_parallel``)."""
+    return framework == "trtllm" and bool(model.is_mla) and bool(model.num_shared_experts) and dp <= 1
+
+
 def handles(model) -> bool:
     """True for the models this module prices (any MoE or MLA layout)."""
     return bool(model.is_moe or model.is_mla or model.num_shared_experts or model.first_dense_layers)
@@ -237,16 +288,29 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         self._start_tables(framework, version, system, arrays)
         self._group_memo: dict = {}  # moe and dp_exchange by tokens (``_memo``)
         self.gemm_dtype, self.moe_dtype = weight_formats(model, self.dtype)
+        self.attn_gemm_dtype = attention_format(model, self.dtype)
+        if self.attn_gemm_dtype:
+            self.notes.append(f"attention projections: {self.attn_gemm_dtype} GEMMs (the {self.dtype} checkpoint keeps "
+                              f"them unquantised), the other GEMMs {self.gemm_dtype}")
         if model.id in FP8_CHANNEL_MODELS and self.moe_dtype == "fp8_block":
             self.notes.append("fp8 experts of a per-channel / dynamic fp8 checkpoint: the fp8_block MoE rows (the "
                               "per-tensor fp8 rows time another kernel, several times slower at decode sizes)")
         self.meta.update(dict(s.split("=", 1) for s in arrays.get("moe|meta", np.array([])).tolist()))
         # the tables' own composition: TRT-LLM's static fp8 scales and fused elementwise kernels
-        # (``kerneldb.engine_kernels``) are applied to dense models only
-        self.engine = {"static_fp8": False, "fp8_input": frozenset(), "fused": frozenset()}
+        # (``kerneldb.engine_kernels``) are applied to dense models only, but for the norms of
+        # TRT-LLM's DeepSeek-V3 decoder layers (``TRTLLM_MLA_NORM_IN_ALLREDUCE``)
+        fused = frozenset({"rmsnorm"}) if trtllm_norm_in_allreduce(framework, model, self.tp, self.dp) else frozenset()
+        self.engine = {"static_fp8": False, "fp8_input": frozenset(), "fused": fused}
+        self.shared_overlap = trtllm_shared_overlap(framework, model, self.dp)
+        if self.shared_overlap:
+            self.notes.append("decode-only steps: shared experts on a second stream beside the router and routed "
+                              "experts (TRT-LLM Deepseekv3MoE, CUDA graphs): the longer of the two per MoE layer")
         if framework == "trtllm":
-            self.notes.append("TRT-LLM kernel fusions (static fp8 scales, rotary/KV write in attention, norm in the "
-                              "all-reduce) are modelled for dense models only: priced here as the tables compose them")
+            self.notes.append("TRT-LLM kernel fusions (static fp8 scales, rotary/KV write in attention"
+                              + (") are modelled for dense models only; the norms run inside the all-reduce"
+                                 " (DeepSeek-V3 decoder layers, TP > 1 without attention DP)" if fused else
+                                 ", norm in the all-reduce) are modelled for dense models only")
+                              + ": priced here as the tables compose them")
         s = self.shapes
         mla_gemm = "fp8_block" if self.gemm_dtype in ("fp8", "fp8_block") else "bfloat16"
         self._load_gemms(arrays, ("bfloat16", self.gemm_dtype, *((mla_gemm,) if s.mla else ())))
@@ -440,7 +504,13 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         if m <= 0:
             return 0.0
         n, k = self.shapes.gemms[op]
-        return self._gemm_mnk(m, n, k, "bfloat16" if op in ("lm_head", "router") else self.gemm_dtype)
+        if op in ("lm_head", "router"):
+            dt = "bfloat16"
+        elif self.attn_gemm_dtype and op in ATTENTION_GEMMS:
+            dt = self.attn_gemm_dtype
+        else:
+            dt = self.gemm_dtype
+        return self._gemm_mnk(m, n, k, dt)
 
     def attn_prefill(self, chunks) -> float:
         if not self.shapes.mla:
@@ -455,7 +525,7 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         t, keys = self._prefill_lookup(self._mla_ctx, chunks)
         if self._mla_kind == "kernel":  # the kernel table leaves out the kv_b up-projection
             n, k = self.shapes.gemms["kv_b"]
-            t += self._gemm_mnk(int(keys), n, k, self.gemm_dtype)
+            t += self._gemm_mnk(int(keys), n, k, self.attn_gemm_dtype or self.gemm_dtype)
         return t
 
     def attn_prefill_window(self, chunks) -> float:
@@ -525,8 +595,18 @@ class KernelDbMoeCostModel(KernelDbCostModel):
     # ------------------------------------------------------------------ composition
     def _dense_terms(self, tokens: int, num_seqs: int) -> tuple[float, float, float]:
         """The roofline's composition (attention GEMMs, dense first layers, routed + shared experts
-        and router, LM head) with each operator priced above, the all-reduce from the database."""
-        return (self._gemm_terms(tokens, num_seqs), *self._other_and_comm(tokens, num_seqs))
+        and router, LM head) with each operator priced above, the all-reduce from the database.
+        A decode-only step (a token per sequence) of an engine that runs the shared experts beside
+        the router and routed experts (``shared_overlap``) pays the longer of the two per MoE
+        layer, not their sum."""
+        gemm = self._gemm_terms(tokens, num_seqs)
+        if self.shared_overlap and tokens == num_seqs:
+            oor = self._oor  # (priced and counted above: asked again, counted once)
+            routed = self.moe(tokens) + self.gemm("router", tokens)
+            shared = self.gemm("shared_gate_up", tokens) + self.gemm("shared_down", tokens)
+            self._oor = oor
+            gemm -= self.shapes.moe_layers * min(routed, shared)
+        return (gemm, *self._other_and_comm(tokens, num_seqs))
 
     def describe(self) -> dict:
         d = super().describe()
