@@ -123,3 +123,45 @@ def test_workers_count_extrapolation_as_one_process():
     one, two = (simulate({**base, "engine": {"workers": w}}).summary for w in (1, 2))
     assert one["sim"]["out_of_range_queries"] == two["sim"]["out_of_range_queries"] > 0
     assert one["cost_model"]["extrapolated"] == two["cost_model"]["extrapolated"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(1e-4, 1.0), min_size=1, max_size=30), st.data())
+def test_itl_extend_parts_is_one_extend_per_part(gaps, data):
+    """``extend_parts`` (a decode run's gaps in one append, split into parts by the requests that
+    leave) holds the very gaps and counts of one ``extend`` per part, on both ITL logs."""
+    from sim.metrics.steplog import ItlLog, ItlSketch
+
+    first = data.draw(st.integers(0, len(gaps) - 1))
+    leaves = sorted(data.draw(st.lists(st.integers(0, len(gaps)), max_size=6)))
+    alive = len(leaves) + data.draw(st.integers(1, 5))
+    for cls in (ItlLog, ItlSketch):
+        one, ref = cls(), cls()
+        one.extend_parts(gaps, first, alive, leaves)
+        j, a = first, alive  # the reference: a part per leave, as the runs emitted them before
+        for e in leaves:
+            if e > j:
+                ref.extend(gaps[j:e], a)
+                j = e
+            a -= 1
+        if j < len(gaps):
+            ref.extend(gaps[j:], a)
+        assert list(one.values) == list(ref.values) == gaps[first:]
+        assert list(one.counts) == list(ref.counts)
+
+
+def test_column_takes_lists_arrays_and_numpy():
+    """A run's step-row column is an ``array("d")`` of the same values whatever the cost model
+    gave (a list, a repeated array, a numpy array)."""
+    from array import array
+
+    import numpy as np
+
+    from sim.fastforward import column
+
+    want = [0.5, 0.25, 0.125]
+    for x in (want, array("d", want), np.array(want)):
+        c = column(x)
+        assert isinstance(c, array) and c.typecode == "d" and list(c) == want
+    rep = array("d", (0.5,)) * 3
+    assert column(rep) is rep
