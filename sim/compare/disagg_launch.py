@@ -163,10 +163,10 @@ def recipe_mtp_drafts(model: str, system: str, precision: str, isl: int, osl: in
     return MTP_DECODE.get((system, precision, isl, osl, pw, ptp * pdp, dw, dtp), {}).get(concurrency)
 
 
-SGLANG_DEEPEP_SOURCE = ("NVIDIA/srt-slurm recipes/gb200-fp8/1k1k/max-tpt.yaml (commit 07fbab13) and "
-                        "recipes/gb200-fp8/8k1k/max_tpt.yaml (commit eb889c08), the recipes InferenceMAX's "
-                        "dsr1-fp8-gb200-dynamo-sglang entry names (.github/configs/nvidia-master.yaml): decode workers "
-                        "tp-size = dp-size = ep-size 24-32 with enable-dp-attention, moe-a2a-backend deepep, "
+SGLANG_DEEPEP_SOURCE = ("NVIDIA/srt-slurm recipes/gb200-fp8/1k1k/max-tpt.yaml, 1k1k/ultra-tpt.yaml (commit 07fbab13) "
+                        "and 8k1k/max_tpt.yaml (commit eb889c08), the recipes InferenceMAX's dsr1-fp8-gb200-dynamo-sglang "
+                        "entry names (.github/configs/nvidia-master.yaml): decode workers tp-size = dp-size = ep-size "
+                        "(32, 8 and 24) with enable-dp-attention, moe-a2a-backend deepep, "
                         "deepep-mode low_latency (their prefill workers: deepep-mode normal), MC_FORCE_MNNVL=1")
 """Where ``decode_moe_dispatch`` is read from."""
 SGLANG_DEEPEP_DECODE = {("gb200", "fp8")}
