@@ -185,6 +185,10 @@ class Pool(_Strict):
         "whose kernel-database collection prices this pool's routed experts (cost.moe_table for this pool: "
         "disaggregated workers may run different MoE backends, e.g. TRT-LLM DeepGEMM prefill and TRTLLM "
         "decode); default: cost.moe_table"))
+    moe_dispatch: Literal["allgather", "deepep_ll", "deepep_ht"] | None = Field(default=None, description=(
+        "how this pool's attention-DP ranks exchange tokens around the routed experts (cost.moe_dispatch for "
+        "this pool: SGLang's disaggregated decode workers run DeepEP low-latency, its prefill workers DeepEP "
+        "normal); default: cost.moe_dispatch"))
 
     @field_validator("hardware")
     @classmethod

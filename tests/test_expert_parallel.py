@@ -149,3 +149,53 @@ def test_deepep_dispatch_and_combine_come_from_moe_a2a_perf():
     # no rows for 16 GPUs: the all-gather / reduce-scatter, said so
     wide = load_kerneldb_cost_model(m, hw, framework="vllm", tp=1, ep=16, dp=16, dtype="fp8", moe_dispatch="deepep_ll")
     assert any("no deepep_ll moe_a2a_perf rows for 16 GPUs" in n for n in wide.notes)
+
+
+def test_sglang_deepep_low_latency_prices_from_sglangs_wideep_tables():
+    """SGLang with ``moe_dispatch: deepep_ll`` and attention DP: the exchange is DeepEP low-latency
+    dispatch + combine from ``wideep_deepep_ll_perf`` by each rank's tokens, the routed experts
+    DeepEP's MoE from ``wideep_generation_moe_perf`` (uniform rows for balanced routing) by the group's
+    tokens; without it, the all-gather and the ``moe_perf`` rows as before."""
+    import pandas as pd
+
+    from sim.cost.kerneldb import load_kerneldb_cost_model
+
+    kd = _db()
+    m, hw = get_model("deepseek-r1"), get_hardware("gb200")
+    system, _ = kd.resolve("gb200", "sglang", None)
+    lv = kd.versions(system, "comm", "sglang", "wideep_deepep_ll_perf")
+    wv = kd.versions(system, "moe", "sglang", "wideep_generation_moe_perf")
+    if not lv or not wv:
+        pytest.skip("this aiconfigurator-core has no SGLang wideep tables for GB200")
+    cm = load_kerneldb_cost_model(m, hw, framework="sglang", tp=1, ep=32, dp=32, dtype="fp8", moe_dispatch="deepep_ll")
+    ll = pd.read_parquet(kd.data_dir(system) / "comm" / "sglang" / lv[-1] / "wideep_deepep_ll_perf.parquet")
+    ll = ll[(ll.node_num == 1) & (ll.hidden_size == 7168) & (ll.num_topk == 8) & (ll.num_experts == 256)
+            & (ll.num_token == 64)]
+    assert cm.dp_exchange(32 * 64) == pytest.approx(float(ll.dispatch_avg_t_us.min() + ll.combine_avg_t_us.min()) / 1e6,
+                                                    rel=1e-9)  # 64 tokens on each of 32 ranks
+    w = pd.read_parquet(kd.data_dir(system) / "moe" / "sglang" / wv[-1] / "wideep_generation_moe_perf.parquet")
+    w = w[(w.moe_ep_size == 32) & (w.moe_tp_size == 1) & (w.distribution == "uniform") & (w.moe_dtype == "fp8_block")
+          & (w.hidden_size == 7168) & (w.inter_size == 2048) & (w.topk == 8) & (w.num_experts == 256)
+          & (w.num_tokens == 1024)]
+    assert cm.moe(1024) == pytest.approx(float(w.latency.min()) / 1e3, rel=1e-9)
+    assert any("SGLang's DeepEP MoE" in n for n in cm.notes) and any("DeepEP ll dispatch" in n for n in cm.notes)
+    ag = load_kerneldb_cost_model(m, hw, framework="sglang", tp=1, ep=32, dp=32, dtype="fp8")
+    assert any("MoE experts: moe_perf" in n for n in ag.notes) and ag.moe(1024) != cm.moe(1024)
+    assert ag.dp_exchange(32 * 64) != cm.dp_exchange(32 * 64)
+
+
+def test_a_pools_own_moe_dispatch_builds_its_own_cost_model():
+    """``cluster.pools[i].moe_dispatch``: only that pool's cost model changes; a bad value names the key."""
+    from sim.cluster.pools import fleet
+
+    base = {"model": "deepseek-v3", "hardware": "h200-sxm", "dtype": "fp8", "cost": {"model": "roofline"},
+            "cluster": {"pools": [{"name": "p", "role": "prefill", "hardware": "h200-sxm",
+                                   "parallelism": {"tp": 1, "ep": 8, "dp": 8}},
+                                  {"name": "d", "role": "decode", "hardware": "h200-sxm", "moe_dispatch": "deepep_ll",
+                                   "parallelism": {"tp": 1, "ep": 8, "dp": 8}}]}}
+    p, d = fleet(load_config(base))
+    assert p.cfg.cost.moe_dispatch == "allgather" and d.cfg.cost.moe_dispatch == "deepep_ll" and p.key != d.key
+    base["cluster"]["pools"][1]["moe_dispatch"] = "nvlink"
+    with pytest.raises(ConfigError) as e:
+        load_config(base)
+    assert "cluster.pools.1.moe_dispatch" in str(e.value).replace("[", ".").replace("]", "") and "\n" not in str(e.value)

@@ -295,3 +295,27 @@ def test_auto_prices_gb300_from_its_kernel_database_tables(tmp_path, monkeypatch
     res = simulate(tiny_config(hardware="gb300", cost={"model": "auto", "framework": "trtllm"},
                                workload={"rate": 5.0, "num_requests": 5}))
     assert res.summary["sim"]["cost_model"] == "kerneldb"
+
+
+def test_inferencemax_sglang_wide_ep_decode_pools_run_deepep_low_latency():
+    """InferenceMAX's DeepSeek-R1 SGLang GB200 fp8 wide-EP decode workers (srt-slurm max-tpt recipes:
+    ``moe-a2a-backend deepep``, ``deepep-mode low_latency``) get ``moe_dispatch: deepep_ll``; the prefill
+    pool, a decode side whose experts are not split over all its GPUs, nvfp4, other systems, TRT-LLM and
+    other provenances keep the default exchange."""
+    from sim.compare import disagg_launch as dl
+
+    wide = dict(backend="sglang", precision="fp8", decode_num_workers=1.0, decode_tp_size=1.0,
+                decode_attention_dp_size=32.0, decode_moe_ep_size=32.0, prefill_attention_dp_size=8.0,
+                prefill_moe_ep_size=8.0)
+
+    def dispatch(**kw):
+        return [p.get("moe_dispatch") for p in silicon.disagg_pools(recipe_row(1024, **(wide | kw)))]
+    assert dispatch() == [None, "deepep_ll"]
+    assert dispatch(decode_moe_ep_size=1.0, decode_moe_tp_size=32.0) == [None, None]  # moe TP
+    assert dispatch(precision="fp4") == [None, None]
+    assert dispatch(system="gb300") == [None, None]
+    assert dispatch(backend="trtllm") == [None, None]
+    gap = {**recipe_row(1024, **wide), "silicon_data_source": "/aic-auto-gap-analysis/run; silicon_concurrency=1024"}
+    assert [p.get("moe_dispatch") for p in silicon.disagg_pools(gap)] == [None, None]
+    assert dl.decode_moe_dispatch("deepseek-r1", "gb200", "fp8", (1, 32, 32)) == "deepep_ll"
+    assert dl.decode_moe_dispatch("deepseek-r1", "gb200", "fp8", (1, 1, 8)) is None  # no attention DP

@@ -53,6 +53,7 @@ class PoolSpec:
     dp: int = 1  # attention data-parallel ranks of a replica (an expert group: the engine's ``_group``)
     knobs: object = None  # this pool's scheduler Knobs (``cluster.pools[i].scheduler``); None: the top-level ones
     moe_table: str | None = None  # ``cluster.pools[i].moe_table`` (None: the cost section's)
+    moe_dispatch: str | None = None  # ``cluster.pools[i].moe_dispatch`` (None: the cost section's)
 
     @property
     def gpus_per_rank(self) -> int:
@@ -75,7 +76,8 @@ class PoolSpec:
         follows the pool's token budget: a pool with its own limits plans its own)."""
         own = () if self.knobs is None else (self.knobs.max_num_batched_tokens,)
         table = () if self.moe_table is None else (("moe_table", self.moe_table),)
-        return (self.hardware, self.dtype, self.tp, self.pp, self.ep, self.dp, *own, *table)
+        dispatch = () if self.moe_dispatch is None else (("moe_dispatch", self.moe_dispatch),)
+        return (self.hardware, self.dtype, self.tp, self.pp, self.ep, self.dp, *own, *table, *dispatch)
 
     @property
     def serves_arrivals(self) -> bool:
@@ -105,12 +107,13 @@ def fleet(cfg) -> list[PoolSpec]:
         own = p.scheduler is not None and bool(p.scheduler.overrides())
         if own:  # (its memory plan then sizes the activation peak by its own token budget)
             update["scheduler"] = pool_scheduler(cfg.scheduler, p.scheduler)
-        if p.moe_table is not None:  # (its own cost model: the routed experts from that collection)
-            update["cost"] = cfg.cost.model_copy(update={"moe_table": p.moe_table})
+        own_cost = {k: v for k, v in (("moe_table", p.moe_table), ("moe_dispatch", p.moe_dispatch)) if v is not None}
+        if own_cost:  # (its own cost model: the routed experts from that collection, its own exchange)
+            update["cost"] = cfg.cost.model_copy(update=own_cost)
         pcfg = cfg.model_copy(update=update)
         out.append(PoolSpec(p.name, p.role, p.hardware, dtype, tp, pp, p.replicas, pcfg, p.price,
                             p.kv_link_gbps, p.autoscale if p.autoscale is not None and p.autoscale.enabled else None,
-                            i, ep, dp, pcfg.scheduler.knobs() if own else None, p.moe_table))
+                            i, ep, dp, pcfg.scheduler.knobs() if own else None, p.moe_table, p.moe_dispatch))
     return out
 
 

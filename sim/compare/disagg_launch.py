@@ -161,3 +161,26 @@ def recipe_mtp_drafts(model: str, system: str, precision: str, isl: int, osl: in
     if model != "deepseek-r1" or ddp != 1:
         return None
     return MTP_DECODE.get((system, precision, isl, osl, pw, ptp * pdp, dw, dtp), {}).get(concurrency)
+
+
+SGLANG_DEEPEP_SOURCE = ("NVIDIA/srt-slurm recipes/gb200-fp8/1k1k/max-tpt.yaml, 1k1k/ultra-tpt.yaml (commit 07fbab13) "
+                        "and 8k1k/max_tpt.yaml (commit eb889c08), the recipes InferenceMAX's dsr1-fp8-gb200-dynamo-sglang "
+                        "entry names (.github/configs/nvidia-master.yaml): decode workers tp-size = dp-size = ep-size "
+                        "(32, 8 and 24) with enable-dp-attention, moe-a2a-backend deepep, "
+                        "deepep-mode low_latency (their prefill workers: deepep-mode normal), MC_FORCE_MNNVL=1")
+"""Where ``decode_moe_dispatch`` is read from."""
+SGLANG_DEEPEP_DECODE = {("gb200", "fp8")}
+"""(system, csv precision) of InferenceMAX's DeepSeek-R1 SGLang disaggregated rows whose wide-EP decode
+recipes were read (``SGLANG_DEEPEP_SOURCE``); the other systems' and the nvfp4 recipes were not."""
+
+
+def decode_moe_dispatch(model: str, system: str, precision: str, decode: tuple[int, int, int]) -> str | None:
+    """The ``moe_dispatch`` of the decode pool of an InferenceMAX DeepSeek-R1 SGLang disaggregated row:
+    ``deepep_ll`` where its recipe runs DeepEP low-latency (``SGLANG_DEEPEP_DECODE``: attention-DP
+    decode workers whose experts are split over all their GPUs, ep = tp x dp, as DeepEP requires),
+    else None (the pool's default: the all-gather). ``decode``: (attention tp, ranks, moe ep) of a
+    decode worker as the csv records them."""
+    tp, dp, ep = decode
+    if model != "deepseek-r1" or dp <= 1 or ep != tp * dp or (system, precision) not in SGLANG_DEEPEP_DECODE:
+        return None
+    return "deepep_ll"

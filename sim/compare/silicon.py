@@ -298,18 +298,23 @@ def disagg_pools(r) -> list[dict]:
     the row's GPU, and its workers' launch limits (``disagg_limits``); the KV link the cards'
     (``sim.cluster.pools.link_bytes_per_s``). InferenceMAX's DeepSeek-R1 TRT-LLM decode workers price
     their routed experts from the trtllm-gen rows their MoE backend runs (``disagg_launch.decode_moe_table``,
-    a pool's ``moe_table``)."""
+    a pool's ``moe_table``); the SGLang ones whose recipes run DeepEP low-latency exchange their tokens
+    with it (``disagg_launch.decode_moe_dispatch``, a pool's ``moe_dispatch``)."""
     from sim.compare import disagg_launch as dl
 
     limits = dict(zip(SIDES, disagg_limits(r)))
     tables = {"prefill": None, "decode": dl.decode_moe_table(r["model"], r["system"], r["precision"], int(r["d_dp"]))
               if r.get("backend") == "trtllm" and inferencemax(r) else None}
+    dispatch = {"prefill": None, "decode": dl.decode_moe_dispatch(r["model"], r["system"], r["precision"],
+                                                                 (int(r["d_tp"]), int(r["d_dp"]), int(r["d_ep"])))
+                if r.get("backend") == "sglang" and inferencemax(r) else None}
 
     def one(tag, side):
         par = {"tp": int(r[f"{tag}_tp"]), "ep": int(r[f"{tag}_ep"]), "dp": int(r[f"{tag}_dp"])}
         return {"name": side, "hardware": r["hardware"], "role": side, "replicas": int(r[f"{tag}_workers"]),
                 "parallelism": par, **({"scheduler": limits[side]} if limits[side] else {}),
-                **({"moe_table": tables[side]} if tables[side] else {})}
+                **({"moe_table": tables[side]} if tables[side] else {}),
+                **({"moe_dispatch": dispatch[side]} if dispatch[side] else {})}
 
     return [one("p", "prefill"), one("d", "decode")]
 

@@ -45,7 +45,7 @@ from sim.cost import kerneldb_data as kd
 from sim.cost.kerneldb import Grid, KernelDbCostModel, _attn_grid
 from sim.cost.roofline import RooflineCostModel
 
-CACHE_TAG = "moe7"  # bump when the derived layout changes
+CACHE_TAG = "moe8"  # bump when the derived layout changes
 MOE_CODE = {"bfloat16": 0, "fp8": 1, "fp8_block": 2, "nvfp4": 3, "w4a16_mxfp4": 4, "w4a8_mxfp4_mxfp8": 5, "int4_wo": 6}
 MXFP4_MOE = {"trtllm": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
 """MoE formats of mxfp4 experts by framework, first measured one wins: TRT-LLM runs gpt-oss's
@@ -55,6 +55,14 @@ DIST_CODE = {"balanced": 0, "power_law_1.01": 1, "power_law_1.2": 2}
 """Token-to-expert distributions of the ``moe_perf`` rows (``cost.expert_distribution``)."""
 A2A_CODE = {"ll": 0, "ht": 1}
 """DeepEP kernels of the ``moe_a2a_perf`` rows: low-latency and high-throughput (normal) mode."""
+WIDEEP_DIST = {"balanced": "uniform", "power_law_1.01": "power_law_1.01", "power_law_1.2": "power_law_1.2"}
+"""``cost.expert_distribution`` -> the distribution of SGLang's ``wideep_generation_moe_perf`` rows
+(their balanced routing is called ``uniform``)."""
+SGLANG_DEEPEP_SOURCE = ("aiconfigurator-core 0.12.0: SGLang's wideep_generation_moe_perf (kernel_source deepepmoe: the "
+                        "experts of SGLang's DeepEP MoE, DeepGEMM's masked grouped GEMM) and wideep_deepep_ll_perf "
+                        "(DeepEP low-latency dispatch and combine by tokens per rank), the tables its SGLang DeepSeek "
+                        "large-EP graph prices decode from (sdk/models/blocks/moe.py _large_ep_block_ops)")
+"""Where an SGLang expert group with ``cost.moe_dispatch: deepep_ll`` is priced from."""
 MLA_GEMM_CODE = {"bfloat16": 0, "fp8_block": 2}
 MIN_RESIDUAL = 0.1
 """Floor of an MLA module's attention part, as a fraction of the module time (the subtraction
@@ -224,6 +232,34 @@ def derive(system: str, framework: str, version: str) -> dict[str, np.ndarray]:
                 [a2["kind"].to_numpy(dtype=float), (a2["phase"] == "dispatch").to_numpy(dtype=float)]
                 + [a2[c].to_numpy(dtype=float) for c in ("ep_size", "hidden_size", "topk", "num_experts", "num_tokens")]
                 + [a2["latency"].to_numpy(dtype=float) / 1e3])
+    # SGLang's DeepEP tables (``SGLANG_DEEPEP_SOURCE``): low-latency dispatch / combine by tokens per
+    # rank (measured on one node; no EP column: ep_size 0 marks them) and the DeepEP MoE experts
+    if framework == "sglang":
+        lv = kd.versions(system, "comm", framework, "wideep_deepep_ll_perf")
+        if lv:
+            ll = kd._read(d / "comm" / framework / lv[-1] / "wideep_deepep_ll_perf.parquet")
+            ll = ll[ll["node_num"] == 1]
+            if len(ll):
+                meta["moe_a2a"] = f"{framework} {lv[-1]} wideep_deepep_ll"
+                rows = [np.column_stack([np.zeros(len(ll)), np.full(len(ll), float(ph == "dispatch")), np.zeros(len(ll))]
+                                        + [ll[c].to_numpy(dtype=float) for c in ("hidden_size", "num_topk", "num_experts",
+                                                                                 "num_token")]
+                                        + [ll[f"{ph}_avg_t_us"].to_numpy(dtype=float) / 1e6])
+                        for ph in ("dispatch", "combine")]
+                out["a2a|rows"] = np.vstack(rows)
+        wv = _newest(system, "moe", framework, "wideep_generation_moe_perf", version)
+        if wv:
+            w = kd._read(d / "moe" / framework / wv / "wideep_generation_moe_perf.parquet")
+            w = w[w["moe_dtype"].isin(MOE_CODE) & w["distribution"].isin(WIDEEP_DIST.values())
+                  & (w["moe_tp_size"] == 1)]
+            if len(w):
+                meta["wideep moe"] = f"{framework} {wv} wideep_generation_moe_perf"
+                inv = {v: DIST_CODE[k] for k, v in WIDEEP_DIST.items()}
+                out["wideep|rows"] = np.column_stack(
+                    [w[c].to_numpy(dtype=float) for c in ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+                                                          "moe_tp_size")]
+                    + [w["moe_dtype"].map(MOE_CODE).to_numpy(dtype=float), w["latency"].to_numpy(dtype=float) / 1e3,
+                       w["moe_ep_size"].to_numpy(dtype=float), w["distribution"].map(inv).to_numpy(dtype=float)])
     # attention-DP exchange: NCCL all-gather and reduce-scatter by GPU count (bf16 messages)
     nccl_v = kd.versions(system, "comm", "nccl", "nccl_perf")
     if nccl_v:
@@ -341,7 +377,10 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         self._exchange = {op: Grid([arrays[f"{op}|{self.tp * self.dp}|x"]], arrays[f"{op}|{self.tp * self.dp}|t"])
                           for op in ("all_gather", "reduce_scatter") if f"{op}|{self.tp * self.dp}|x" in arrays}
         self._a2a = self._a2a_grids(arrays.get("a2a|rows")) if self.moe_dispatch != "allgather" else None
-        if self.dp > 1 and self._a2a is not None:
+        if self.dp > 1 and self._a2a is not None and framework == "sglang":
+            self.notes.append(f"attention-DP exchange: DeepEP ll dispatch + combine, {self.meta.get('moe_a2a')} (one node's "
+                              f"rows, used for the {self.tp * self.dp} GPUs of the group), by each rank's tokens")
+        elif self.dp > 1 and self._a2a is not None:
             self.notes.append(f"attention-DP exchange: DeepEP {self.moe_dispatch[-2:]} dispatch + combine, moe_a2a_perf "
                               f"{self.meta.get('moe_a2a')} at {self.tp * self.dp} GPUs, by each rank's tokens")
         elif self.dp > 1:
@@ -351,6 +390,11 @@ class KernelDbMoeCostModel(KernelDbCostModel):
                 + f"all-gather before the experts, reduce-scatter after, over {self.tp * self.dp} GPUs: "
                 + (f"nccl_perf {self.meta.get('dp exchange')}" if len(self._exchange) == 2 else "roofline (not in nccl_perf)"))
         self._moe = self._moe_grid(arrays.get("moe|rows"))
+        wide = None
+        if framework == "sglang" and self.moe_dispatch == "deepep_ll" and self.dp > 1:  # SGLang's DeepEP MoE
+            wide = self._moe_grid(arrays.get("wideep|rows"))
+            if wide is not None:
+                self._moe = wide
         for fmt in MXFP4_MOE.get(framework, ()) if self.moe_dtype == "w4a16_mxfp4" else ():
             grid = self._moe_grid(arrays.get("moe|rows"), fmt)
             if grid is not None:
@@ -360,6 +404,10 @@ class KernelDbMoeCostModel(KernelDbCostModel):
             self.notes.append(f"MoE experts: roofline (no {self.moe_dtype} moe_perf rows of hidden {s.hidden}, "
                               f"intermediate {model.expert_intermediate}, top-{s.top_k} of {s.num_experts}, "
                               f"moe_tp {s.moe_tp}, moe_ep {s.ep}, {self._moe_dist})")
+        elif s.num_experts and wide is not None:
+            self.notes.append(f"MoE experts: SGLang's DeepEP MoE (DeepGEMM masked grouped GEMM), {self.meta.get('wideep moe')} "
+                              f"{self.moe_dtype} rows at moe_ep {s.ep}, {self._moe_dist} routing, by the expert group's "
+                              "tokens" + (f"; x{self.expert_skew:g} expert-load skew" if self.expert_skew != 1.0 else ""))
         elif s.num_experts:
             self.notes.append(f"MoE experts: moe_perf {self.meta.get('moe')} {self.moe_dtype} rows at moe_tp {s.moe_tp}, "
                               f"moe_ep {s.ep}, {self._moe_dist} routing, by the expert group's tokens"
@@ -369,7 +417,8 @@ class KernelDbMoeCostModel(KernelDbCostModel):
         unused = (("attention ctx", "attention gen") if s.mla else ("mla", "mla_bmm")) \
             + (("mla_bmm",) if s.mla and self._mla_kind != "kernel" else ()) \
             + (() if self._ctx_win is not None else ("attention ctx window",)) + (() if s.num_experts else ("moe",)) \
-            + (() if self.dp > 1 else ("dp exchange",)) + (() if self._a2a is not None and self.dp > 1 else ("moe_a2a",))
+            + (() if self.dp > 1 else ("dp exchange",)) + (() if self._a2a is not None and self.dp > 1 else ("moe_a2a",)) \
+            + (() if wide is not None else ("wideep moe",))
         self.meta = {k: v for k, v in self.meta.items() if k not in unused}
 
     # ------------------------------------------------------------------ tables
@@ -400,11 +449,12 @@ class KernelDbMoeCostModel(KernelDbCostModel):
 
     def _a2a_grids(self, rows) -> tuple[Grid, Grid] | None:
         """(dispatch, combine) by tokens per rank: the ``moe_a2a_perf`` rows of the configured DeepEP
-        mode at this expert group's GPUs and this model's hidden size, top-k and experts."""
+        mode at this expert group's GPUs and this model's hidden size, top-k and experts (SGLang's
+        ``wideep_deepep_ll_perf`` rows, ep_size 0: measured on one node, for any group)."""
         if rows is None or not self.shapes.num_experts:
             return None
         m, s = self.model, self.shapes
-        sel = rows[(rows[:, 0] == A2A_CODE[self.moe_dispatch[-2:]]) & (rows[:, 2] == self.tp * self.dp)
+        sel = rows[(rows[:, 0] == A2A_CODE[self.moe_dispatch[-2:]]) & ((rows[:, 2] == self.tp * self.dp) | (rows[:, 2] == 0))
                    & (rows[:, 3] == m.hidden_size) & (rows[:, 4] == s.top_k) & (rows[:, 5] == s.num_experts)]
         grids = [_table1(sel[sel[:, 1] == ph][:, 6], sel[sel[:, 1] == ph][:, 7]) for ph in (1.0, 0.0)]
         return None if None in grids else (grids[0], grids[1])
