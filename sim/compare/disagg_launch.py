@@ -106,11 +106,18 @@ def recipe_decode_batch(model: str, system: str, precision: str, isl: int, osl: 
     not read). ``prefill`` and ``decode``: (workers, attention tp, attention-DP ranks) of each side
     as the csv records them; only attention-DP prefill workers and decode workers without
     attention DP are listed."""
-    pw, ptp, pdp = prefill
-    dw, dtp, ddp = decode
-    if model != "deepseek-r1" or pdp <= 1 or ddp != 1:
+    if model != "deepseek-r1" or prefill[2] <= 1 or decode[2] != 1:
         return None
-    return DECODE_BATCH.get((system, precision, isl, osl, pw, ptp * pdp, dw, dtp), {}).get(concurrency)
+    return DECODE_BATCH.get(_layout(system, precision, isl, osl, prefill, decode), {}).get(concurrency)
+
+
+def _layout(system: str, precision: str, isl: int, osl: int, prefill: tuple[int, int, int],
+            decode: tuple[int, int, int]) -> tuple:
+    """The key of a recipe table (``DECODE_BATCH``, ``MTP_DECODE``): the row's system, precision,
+    lengths, prefill workers and their GPUs, decode workers and their attention TP."""
+    pw, ptp, pdp = prefill
+    dw, dtp, _ = decode
+    return (system, precision, isl, osl, pw, ptp * pdp, dw, dtp)
 
 
 DECODE_MOE_SOURCE = ("NVIDIA/srt-slurm recipes/trtllm: b200-fp8/1k1k/stp/ctx1_gen3_tp8_batch1024_eplb0_mtp0_4_trtllm_serve.yaml "
@@ -156,11 +163,9 @@ def recipe_mtp_drafts(model: str, system: str, precision: str, isl: int, osl: in
                       decode: tuple[int, int, int], concurrency: int) -> int | None:
     """MTP draft tokens of an InferenceMAX DeepSeek-R1 TRT-LLM disaggregated row only an MTP entry
     names (``MTP_DECODE``), else None; arguments as ``recipe_decode_batch``'s."""
-    pw, ptp, pdp = prefill
-    dw, dtp, ddp = decode
-    if model != "deepseek-r1" or ddp != 1:
+    if model != "deepseek-r1" or decode[2] != 1:
         return None
-    return MTP_DECODE.get((system, precision, isl, osl, pw, ptp * pdp, dw, dtp), {}).get(concurrency)
+    return MTP_DECODE.get(_layout(system, precision, isl, osl, prefill, decode), {}).get(concurrency)
 
 
 SGLANG_DEEPEP_SOURCE = ("NVIDIA/srt-slurm recipes/gb200-fp8/1k1k/max-tpt.yaml, 1k1k/ultra-tpt.yaml (commit 07fbab13) "
