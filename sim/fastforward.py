@@ -271,11 +271,7 @@ def series_rows(cost, priced: list) -> tuple[dict, array]:
         if kept:
             series = cost.decode_series(n, kv_tokens, longest, kept)
             for c, v in cols.items():
-                x = series[c]
-                if isinstance(x, list):
-                    v.fromlist(x)
-                else:
-                    v += column(x)
+                v += column(series[c])
             sizes += array("i", (n,)) * kept
     return cols, sizes
 

@@ -186,7 +186,7 @@ class Flow:
             rep.steps.add(rep.idx, t, st, batch, prefill, n_old, 0, self.kv.num_used, len(self.sched.waiting))
             return
         _, k0, k1, n0, gone, run, gaps, upto = rec
-        if itl is not None:  # the leg's gaps, each for the members that took part in its step (``lifecycle.emit_gaps``)
+        if itl is not None:  # the leg's gaps, each for the members that took part in its step
             itl.extend_parts(gaps, 0, n0, [m.e - k0 for m in gone if m.e < k1] if gone else ())
         for m in gone:
             self.settle(m, m.e, upto, max(gaps[:m.e - k0]))

@@ -201,20 +201,10 @@ def complete_run(reqs: list[Request], times: list[float], steps: int, itl) -> li
         if others < len(reqs):
             itl.add(step_gap, len(reqs) - others)
         if gaps:
-            emit_gaps(itl, gaps, 0, len(reqs), [k - 1 for k, _ in early])
+            itl.extend_parts(gaps, 0, len(reqs), [k - 1 for k, _ in early])
     if early:
         done[:0] = [r for _, r in early]
     return done
-
-
-def emit_gaps(itl, gaps: list[float], first: int, alive: int, leaves) -> None:
-    """A run's ITL gaps from ``gaps[first]`` on, each for the requests that took part in its
-    step, grouped as ``complete_step`` groups them (one count per step): ``alive`` requests take
-    part in step ``first``; ``leaves`` (ascending) holds, for each request that finishes before
-    the last step, the position in ``gaps`` before which it leaves. ``complete_run`` and the
-    flows' decode legs (``sim.flow``) both emit their gaps here (the log splits them:
-    ``ItlLog.extend_parts``)."""
-    itl.extend_parts(gaps, first, alive, leaves)
 
 
 def complete_decodes(r: Request, steps: int, last_s: float, max_gap: float) -> None:

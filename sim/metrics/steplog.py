@@ -43,9 +43,12 @@ class ItlLog:
         self._lengths.append(len(gaps))
 
     def extend_parts(self, gaps: list[float], first: int, alive: int, leaves) -> None:
-        """``gaps[first:]``, the first for ``alive`` tokens and one token fewer after each
-        position in ``leaves`` (``lifecycle.emit_gaps``): the same entries as one ``extend`` per
-        part, with the values appended at once."""
+        """A run's ITL gaps from ``gaps[first]`` on, each for the requests that took part in its
+        step, grouped as ``lifecycle.complete_step`` groups them (one count per step): ``alive``
+        requests take part in step ``first``; ``leaves`` (ascending) holds, for each request that
+        finishes before the last step, the position in ``gaps`` before which it leaves. The same
+        entries as one ``extend`` per part, with the values appended at once (``complete_run``
+        and the flows' decode legs emit their gaps here)."""
         j, tokens, lengths = first, self._tokens, self._lengths
         for e in leaves:
             if e > j:
